@@ -1,0 +1,43 @@
+"""celery-outbox: durable Celery dispatch and non-blocking retries.
+
+``import celery_outbox`` never imports Django or SQLAlchemy: the SQLAlchemy store lives
+in :mod:`celery_outbox.sqlalchemy`, the Django app in :mod:`django_outbox`.
+"""
+
+from __future__ import annotations
+
+from celery_outbox.backoff import BackoffPolicy
+from celery_outbox.config import OutboxConfig
+from celery_outbox.exceptions import (
+    NoStoreConfigured,
+    OutboxConfigError,
+    OutboxError,
+    OutboxRetry,
+    PayloadError,
+    RetriesExhausted,
+    StoreError,
+)
+from celery_outbox.records import DeadLetterStatus, MessageStatus
+from celery_outbox.registry import install_store, set_default_store, store_for
+from celery_outbox.storage import OutboxStore
+from celery_outbox.task import OutboxTask
+
+__all__ = [
+    "BackoffPolicy",
+    "DeadLetterStatus",
+    "MessageStatus",
+    "NoStoreConfigured",
+    "OutboxConfig",
+    "OutboxConfigError",
+    "OutboxError",
+    "OutboxRetry",
+    "OutboxStore",
+    "OutboxTask",
+    "PayloadError",
+    "RetriesExhausted",
+    "StoreError",
+    "install_store",
+    "set_default_store",
+    "store_for",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,161 @@
+"""Build a task message once, at call time, exactly as Celery would publish it.
+
+Celery's own ``Task.apply_async`` runs against a producer that captures the message
+instead of sending it: routing, headers, ETA/expiry, priorities, parent and root ids
+and the ``before_task_publish`` signal all stay Celery's. The body is serialised here,
+with the task's serializer, so a bad argument fails at the call site, inside the
+caller's transaction, and the stored message is published later without rebuilding it.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery import Celery, Task
+from kombu import Connection
+from kombu.compression import compress, decompress
+from kombu.exceptions import EncodeError
+from kombu.serialization import dumps, loads
+
+from celery_outbox.exceptions import PayloadError
+from celery_outbox.records import NewMessage
+
+#: ``options["body_encoding"]`` of a payload stored as base64 (binary or compressed bodies).
+BODY_ENCODING_BASE64 = "base64"
+
+
+class _CapturingProducer:
+    """Stands in for a kombu ``Producer``: keeps the message Celery built."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.serializer: str | None = None
+        self.body: Any = None
+        self.kwargs: dict[str, Any] = {}
+
+    def publish(self, body: Any, **kwargs: Any) -> None:
+        self.body, self.kwargs = body, kwargs
+
+
+def _unconnected_connection(app: Celery) -> Connection:
+    # Celery only enters ``connection._reraise_as_library_errors()``: nothing connects.
+    conn: Connection | None = getattr(app, "_outbox_capture_connection", None)
+    if conn is None:
+        conn = app.connection_for_write()
+        app._outbox_capture_connection = conn  # type: ignore[attr-defined]
+    return conn
+
+
+def capture_message(task: Task, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
+                    *, task_id: str, options: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Run Celery's ``apply_async`` for ``task`` against a capturing producer.
+
+    Returns the message body and the keyword arguments Celery would pass to
+    ``Producer.publish``.
+    """
+    producer = _CapturingProducer(_unconnected_connection(task._get_app()))
+    Task.apply_async(task, args, kwargs, task_id=task_id, producer=producer, **options)
+    return producer.body, producer.kwargs
+
+
+def serialise_body(task_name: str, body: Any, *, serializer: str, compression: str | None,
+                   max_bytes: int | None) -> tuple[str, dict[str, Any]]:
+    """Serialise a message body; return the stored payload and its content options.
+
+    Raises
+    ------
+    PayloadError
+        When a value cannot be serialised (naming the task and the type), or the
+        serialised body is larger than ``max_bytes``.
+    """
+    try:
+        content_type, content_encoding, data = dumps(body, serializer=serializer)
+    except (EncodeError, TypeError, ValueError) as exc:
+        raise PayloadError(
+            f"Cannot dispatch task {task_name!r}: its arguments cannot be serialised "
+            f"with {serializer!r}: {exc}"
+        ) from exc
+    raw = data.encode(content_encoding) if isinstance(data, str) else data
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise PayloadError(
+            f"Cannot dispatch task {task_name!r}: its serialised arguments are {len(raw)} bytes, "
+            f"above outbox_max_payload_bytes={max_bytes}. Pass a reference (an id) instead."
+        )
+    content: dict[str, Any] = {"content_type": content_type, "content_encoding": content_encoding}
+    if compression:
+        raw, content["compression"] = compress(raw, compression)
+    if compression or content_encoding == "binary":
+        content["body_encoding"] = BODY_ENCODING_BASE64
+        return base64.b64encode(raw).decode("ascii"), content
+    return raw.decode(content_encoding), content
+
+
+def build_message(task: Task, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None, *,
+                  task_id: str, options: Mapping[str, Any], now: datetime,
+                  park_after: timedelta, max_bytes: int | None) -> NewMessage:
+    """Build the outbox row for one call of ``task``.
+
+    A message whose ETA lies more than ``park_after`` ahead is stored with
+    ``available_at`` at its ETA, so no broker or worker holds it while it waits.
+    """
+    app = task._get_app()
+    body, publish = capture_message(task, args, kwargs, task_id=task_id, options=options)
+    serializer = publish.get("serializer") or app.conf.task_serializer
+    payload, content = serialise_body(task.name, body, serializer=serializer,
+                                      compression=publish.get("compression"),
+                                      max_bytes=max_bytes)
+    headers = dict(publish.get("headers") or {})
+    return NewMessage(
+        task_id=headers.get("id", task_id),
+        task_name=task.name,
+        payload=payload,
+        options=_stored_options(publish, headers, content),
+        available_at=_available_at(headers.get("eta"), now=now, park_after=park_after),
+    )
+
+
+_NOT_PROPERTIES = frozenset({
+    "exchange", "routing_key", "serializer", "compression", "retry", "retry_policy",
+    "delivery_mode", "declare", "headers", "timeout", "confirm_timeout",
+})
+
+
+def _stored_options(publish: Mapping[str, Any], headers: dict[str, Any],
+                    content: Mapping[str, Any]) -> dict[str, Any]:
+    exchange = publish.get("exchange")
+    return {
+        "exchange": getattr(exchange, "name", exchange) or "",
+        "routing_key": publish.get("routing_key") or "",
+        "delivery_mode": publish.get("delivery_mode"),
+        "declare": [getattr(q, "name", q) for q in publish.get("declare") or ()],
+        "headers": headers,
+        "properties": {k: v for k, v in publish.items() if k not in _NOT_PROPERTIES},
+        **content,
+    }
+
+
+def _available_at(eta: str | None, *, now: datetime, park_after: timedelta) -> datetime:
+    if eta:
+        when = datetime.fromisoformat(eta)
+        if when.tzinfo is not None and when - now > park_after:
+            return when
+    return now
+
+
+def publish_body(payload: str, options: Mapping[str, Any]) -> bytes:
+    """The exact bytes to hand to ``Producer.publish`` for a stored payload."""
+    if options.get("body_encoding") == BODY_ENCODING_BASE64:
+        return base64.b64decode(payload)
+    return payload.encode(options.get("content_encoding") or "utf-8")
+
+
+def decode_body(payload: str, options: Mapping[str, Any]) -> Any:
+    """Decode a stored payload back into the Celery message body ``(args, kwargs, embed)``."""
+    raw = publish_body(payload, options)
+    if "compression" in options:
+        raw = decompress(raw, options["compression"])
+    return loads(raw, options["content_type"], options["content_encoding"],
+                 accept=[options["content_type"]])

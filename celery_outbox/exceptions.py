@@ -1,0 +1,48 @@
+"""The one exception hierarchy of celery-outbox.
+
+Every error the library raises on purpose is an :class:`OutboxError`. Each class's
+docstring is its default message.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+class OutboxError(Exception):
+    """An error in celery-outbox."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class OutboxConfigError(OutboxError, ValueError):
+    """A celery-outbox setting has a value it does not accept."""
+
+
+class StoreError(OutboxError):
+    """The outbox store could not complete an operation; the cause is chained."""
+
+
+class NoStoreConfigured(OutboxConfigError):
+    """No outbox store is installed: set outbox_store (CELERY_OUTBOX_STORE in Django)."""
+
+
+class PayloadError(OutboxError, TypeError):
+    """A task's arguments cannot be serialised or are too large to dispatch."""
+
+
+class RetriesExhausted(OutboxError):
+    """The task used up its retries (or its retry deadline) and became a dead letter."""
+
+
+class OutboxRetry(OutboxError):  # noqa: N818 - named like dramatiq's Retry, as a control-flow signal
+    """Retry this task without logging an error.
+
+    Raise it from :meth:`OutboxTask.run` to ask for another attempt; ``delay``
+    overrides the backoff window for this one retry.
+    """
+
+    def __init__(self, message: str | None = None, *, delay: timedelta | None = None) -> None:
+        super().__init__(message)
+        self.delay = delay

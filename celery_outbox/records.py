@@ -1,0 +1,110 @@
+"""Value objects that cross the store boundary: outbox rows, claims and dead letters."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+#: Name of the outbox table, shared by the Django model and the SQLAlchemy table.
+OUTBOX_TABLE = "celery_outbox_message"
+#: Name of the dead-letter table.
+DEAD_LETTER_TABLE = "celery_outbox_deadletter"
+
+
+class MessageStatus(str, enum.Enum):
+    """Life of an outbox row: ``pending`` until published, ``failed`` when it gave up."""
+
+    PENDING = "pending"
+    PUBLISHED = "published"
+    FAILED = "failed"
+
+
+class DeadLetterStatus(str, enum.Enum):
+    """Life of a dead letter: ``dead`` when written, then ``requeued`` or ``discarded``."""
+
+    DEAD = "dead"
+    REQUEUED = "requeued"
+    DISCARDED = "discarded"
+
+
+def check_aware(name: str, value: datetime) -> datetime:
+    """Return ``value`` if it is timezone-aware; raise ``ValueError`` naming it otherwise."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{name}={value!r} is naive: give a timezone-aware datetime (UTC).")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewMessage:
+    """A task message ready to be written to the outbox and later published as is.
+
+    ``payload`` is the serialised Celery message body (base64 when the serializer is
+    binary); ``options`` holds everything else a publish needs: headers, properties,
+    exchange, routing key, queue and content type (see :mod:`celery_outbox.envelope`).
+    """
+
+    task_id: str
+    task_name: str
+    payload: str
+    options: Mapping[str, Any]
+    available_at: datetime
+
+    def __post_init__(self) -> None:
+        check_aware("available_at", self.available_at)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredMessage(NewMessage):
+    """An outbox row as read back from the store."""
+
+    id: int
+    status: MessageStatus = MessageStatus.PENDING
+    attempts: int = 0
+    last_error: str = ""
+    locked_until: datetime | None = None
+    created_at: datetime | None = None
+    published_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """Rows leased to one publisher until ``lease_until``.
+
+    ``lease_until`` is also the fencing token: a store only marks a claimed row while
+    its ``locked_until`` still equals it, so a publisher whose lease expired (and whose
+    rows another publisher took) cannot touch them.
+    """
+
+    messages: tuple[StoredMessage, ...]
+    lease_until: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewDeadLetter:
+    """A task that ended without a retry, as written to the dead letters."""
+
+    task_id: str
+    task_name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: Mapping[str, Any]
+    exception_type: str
+    exception_message: str
+    traceback: str
+    retries: int
+    first_failed_at: datetime
+    failed_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredDeadLetter(NewDeadLetter):
+    """A dead letter as read back from the store."""
+
+    id: int
+    status: DeadLetterStatus = DeadLetterStatus.DEAD
+    requeued_at: datetime | None = None
+    requeued_by: str = ""
+    requeued_task_id: str = ""

@@ -1,0 +1,210 @@
+"""Publish outbox rows to the broker, each exactly as it was built at call time."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery import Celery
+from kombu import Connection, Producer
+
+from celery_outbox.backoff import BackoffPolicy
+from celery_outbox.clock import Clock, utcnow
+from celery_outbox.config import OutboxConfig
+from celery_outbox.envelope import decode_body, publish_body
+from celery_outbox.records import Claim, StoredMessage
+from celery_outbox.signals import message_published
+from celery_outbox.storage import OutboxStore
+
+logger = logging.getLogger(__name__)
+
+#: Windows between publish attempts of one row (DESIGN.md: 1 s ... 5 min).
+PUBLISH_BACKOFF = BackoffPolicy(base=timedelta(seconds=1), cap=timedelta(minutes=5))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishReport:
+    """What one publish pass did: rows that reached the broker, and rows that did not."""
+
+    published: tuple[int, ...] = ()
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+class _Unpublishable(Exception):
+    """A row that no retry can publish (unknown task, undecodable payload)."""
+
+
+class Relay:
+    """Publishes claimed rows through one broker connection per thread.
+
+    The connection is bounded by ``outbox_publish_timeout`` and never loops on a
+    broker that is down: the rows are already safe in the outbox, and the sweeper
+    tries again later. With RabbitMQ, publisher confirms are on: a row is marked
+    only once the broker accepted its message.
+    """
+
+    def __init__(self, app: Celery, *, store: OutboxStore, config: OutboxConfig,
+                 clock: Clock = utcnow, rng: random.Random | None = None) -> None:
+        self.app, self.store, self.config = app, store, config
+        self.clock, self.rng = clock, rng or random.Random()
+        self._local = threading.local()
+
+    # -- entry points -------------------------------------------------------------
+    def publish_ids(self, ids: Sequence[int], *, using: str | None = None) -> PublishReport:
+        """Claim ``ids`` and publish them: the on-commit path. Never raises."""
+        try:
+            now = self.clock()
+            claim = self.store.claim(ids, now=now, lease_until=now + self.config.claim_lease,
+                                     using=using)
+            return self.publish_claim(claim, using=using)
+        except Exception:
+            # An on-commit callback must never raise into the caller or stop Django's
+            # other callbacks; the rows are committed and the sweeper will publish them.
+            logger.exception("celery-outbox: publishing %d row(s) after commit failed; "
+                             "the sweeper will publish them", len(ids))
+            return PublishReport()
+
+    def publish_claim(self, claim: Claim, *, using: str | None = None,
+                      validate: bool = False) -> PublishReport:
+        """Publish every row of ``claim``, then mark or reschedule them (fenced).
+
+        With ``validate`` (the sweeper), rows naming an unregistered task or holding an
+        undecodable payload fail at once instead of being published.
+        """
+        if not claim.messages:
+            return PublishReport()
+        published, failed, fatal = self._send(claim.messages, validate=validate)
+        if published:
+            self.store.mark_published(claim, published, now=self.clock(),
+                                      keep=self.config.keep_published > timedelta(0),
+                                      using=using)
+            message_published.send(sender=self.app, task_ids=[
+                m.task_id for m in claim.messages if m.id in set(published)])
+        self._record_failures(claim, failed, fatal, using=using)
+        return PublishReport(published=tuple(published), failed={**failed, **fatal})
+
+    def close(self) -> None:
+        """Release this thread's broker connection."""
+        conn = getattr(self._local, "connection", None)
+        self._local.connection = None
+        if conn is not None:
+            conn.release()
+
+    # -- sending --------------------------------------------------------------------
+    def _send(self, messages: Iterable[StoredMessage], *, validate: bool
+              ) -> tuple[list[int], dict[int, str], dict[int, str]]:
+        published: list[int] = []
+        failed: dict[int, str] = {}
+        fatal: dict[int, str] = {}
+        pending = list(messages)
+        for index, message in enumerate(pending):
+            try:
+                if validate:
+                    self._validate(message)
+                producer = self._producer()
+            except _Unpublishable as exc:
+                fatal[message.id] = str(exc)
+                continue
+            except Exception as exc:  # the broker is unreachable: no point trying the rest
+                self.close()
+                failed.update((m.id, _describe(exc)) for m in pending[index:])
+                break
+            try:
+                self._publish_one(producer, message)
+            except Exception as exc:
+                self.close()
+                failed[message.id] = _describe(exc)
+            else:
+                published.append(message.id)
+        return published, failed, fatal
+
+    def _validate(self, message: StoredMessage) -> None:
+        if message.task_name not in self.app.tasks:
+            raise _Unpublishable(f"task {message.task_name!r} is not registered with this app")
+        try:
+            decode_body(message.payload, message.options)
+        except Exception as exc:
+            raise _Unpublishable(f"payload cannot be decoded: {_describe(exc)}") from exc
+
+    def _publish_one(self, producer: Producer, message: StoredMessage) -> None:
+        options = message.options
+        headers = dict(options.get("headers") or {})
+        if "compression" in options:
+            headers["compression"] = options["compression"]
+        timeout = self.config.publish_timeout.total_seconds()
+        producer.publish(
+            publish_body(message.payload, options),
+            exchange=options.get("exchange", ""),
+            routing_key=options.get("routing_key", ""),
+            headers=headers,
+            content_type=options["content_type"],
+            content_encoding=options["content_encoding"],
+            delivery_mode=options.get("delivery_mode"),
+            declare=self._queues(options.get("declare") or ()),
+            retry=False,
+            timeout=timeout,
+            confirm_timeout=timeout,
+            **self._properties(options, headers),
+        )
+
+    def _properties(self, options: dict[str, Any] | Any, headers: dict[str, Any]
+                    ) -> dict[str, Any]:
+        properties = dict(options.get("properties") or {})
+        expires = headers.get("expires")
+        if expires and "expiration" in properties:
+            # The TTL counts from the publish, so shorten it by the time spent waiting.
+            left = datetime.fromisoformat(expires) - self.clock()
+            properties["expiration"] = max(left.total_seconds(), 0.0)
+        return properties
+
+    def _queues(self, names: Iterable[str]) -> list[Any]:
+        queues = self.app.amqp.queues
+        return [queues[name] for name in names]
+
+    def _producer(self) -> Producer:
+        conn: Connection | None = getattr(self._local, "connection", None)
+        timeout = self.config.publish_timeout.total_seconds()
+        if conn is None:
+            conn = self.app.connection_for_write(
+                connect_timeout=timeout,
+                transport_options={"confirm_publish": True, "socket_connect_timeout": timeout,
+                                   "socket_timeout": timeout, "max_retries": 0},
+            )
+            self._local.connection = conn
+            self._local.producer = None
+        conn.ensure_connection(max_retries=0, timeout=timeout)
+        if self._local.producer is None:
+            self._local.producer = self.app.amqp.Producer(conn, auto_declare=False)
+        producer: Producer = self._local.producer
+        return producer
+
+    # -- failures -------------------------------------------------------------------
+    def _record_failures(self, claim: Claim, failed: dict[int, str], fatal: dict[int, str],
+                         *, using: str | None) -> None:
+        attempts = {m.id: m.attempts for m in claim.messages}
+        groups: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for message_id, error in failed.items():
+            groups[(error, attempts[message_id])].append(message_id)
+        for (error, tries), ids in groups.items():
+            retry_at = self.clock() + PUBLISH_BACKOFF.delay_for(tries + 1, rng=self.rng)
+            logger.warning("celery-outbox: %d row(s) not published (%s); next try at %s",
+                           len(ids), error, retry_at.isoformat())
+            self.store.record_failure(claim, ids, error=error, retry_at=retry_at,
+                                      max_attempts=self.config.publish_max_attempts,
+                                      using=using)
+        if fatal:
+            for message_id, error in fatal.items():
+                logger.error("celery-outbox: row %d failed for good: %s", message_id, error)
+                self.store.record_failure(claim, [message_id], error=error, retry_at=None,
+                                          max_attempts=self.config.publish_max_attempts,
+                                          using=using)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"[:2000]

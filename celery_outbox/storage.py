@@ -1,0 +1,164 @@
+"""The store: the one seam between the core and a database.
+
+``OutboxTask``, the relay and the sweeper talk only to :class:`OutboxStore`. The Django
+app installs an ORM store; other apps install
+:class:`celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`; tests use
+:class:`celery_outbox.testing.InMemoryOutboxStore`. One contract suite
+(``tests/contract``) holds every store to the same semantics.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+
+from celery_outbox.records import (
+    Claim,
+    MessageStatus,
+    NewDeadLetter,
+    NewMessage,
+    StoredDeadLetter,
+)
+
+#: Called after commit with the ids of every row one transaction wrote.
+PublishCallback = Callable[[Sequence[int]], None]
+
+
+class OutboxStore(abc.ABC):
+    """Where outbox rows and dead letters live.
+
+    Every method taking ``using`` accepts a database alias (Django) or ``None`` for the
+    store's default; stores with a single database ignore it. Datetimes are aware UTC.
+    Driver errors are raised as :class:`~celery_outbox.exceptions.StoreError` with the
+    cause chained.
+    """
+
+    # -- dispatch ---------------------------------------------------------------
+    @abc.abstractmethod
+    def add(self, message: NewMessage, *, using: str | None = None) -> int | None:
+        """Insert ``message`` as a ``pending`` row in the caller's current transaction.
+
+        Returns the new row's id, or ``None`` when a ``pending`` row with the same
+        ``task_id`` already exists (nothing is written: ``task_id`` is an idempotency key).
+        Outside a transaction the row is committed before this returns.
+        """
+
+    @abc.abstractmethod
+    def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
+        """Run ``callback`` right after the current transaction commits.
+
+        Never on rollback, and not when the savepoint it was registered in rolls back.
+        Outside a transaction ``callback`` runs before this returns.
+        """
+
+    @abc.abstractmethod
+    def defer_publish(
+        self, message_id: int, publish: PublishCallback, *, using: str | None = None
+    ) -> None:
+        """Arrange for ``publish(ids)`` to run once, right after the current commit.
+
+        ``ids`` holds every row deferred in that transaction (one batch, one callback).
+        A rolled-back transaction calls nothing; rows of a rolled-back savepoint may
+        still be listed, and :meth:`claim` drops them because they do not exist.
+        Outside a transaction ``publish`` runs before this returns.
+        """
+
+    # -- publishing and sweeping ------------------------------------------------
+    @abc.abstractmethod
+    def claim(
+        self, ids: Iterable[int], *, now: datetime, lease_until: datetime,
+        using: str | None = None,
+    ) -> Claim:
+        """Lease those of ``ids`` that are pending, due and not leased by anyone else.
+
+        A bounded number of statements whatever ``len(ids)``.
+        """
+
+    @abc.abstractmethod
+    def claim_due(
+        self, *, now: datetime, created_before: datetime, limit: int,
+        lease_until: datetime, using: str | None = None,
+    ) -> Claim:
+        """Lease up to ``limit`` pending rows due at ``now`` and created before
+        ``created_before`` (younger rows belong to their on-commit publisher).
+
+        Concurrent callers get disjoint rows (``SKIP LOCKED`` where the database has it).
+        """
+
+    @abc.abstractmethod
+    def mark_published(
+        self, claim: Claim, ids: Sequence[int], *, now: datetime, keep: bool,
+        using: str | None = None,
+    ) -> int:
+        """Delete (or, with ``keep``, mark ``published``) the claimed rows in ``ids``.
+
+        One statement. Fenced: rows whose lease is no longer ``claim.lease_until`` are
+        left alone. Returns how many rows it changed.
+        """
+
+    @abc.abstractmethod
+    def record_failure(
+        self, claim: Claim, ids: Sequence[int], *, error: str, retry_at: datetime | None,
+        max_attempts: int, using: str | None = None,
+    ) -> int:
+        """Count a failed publish attempt of claimed rows and release them.
+
+        One statement. Each row's ``attempts`` grows by one and ``last_error`` becomes
+        ``error``; a row then at ``max_attempts`` or more, or every row when ``retry_at``
+        is ``None``, becomes ``failed``; the others stay ``pending``, due at
+        ``retry_at``. Fenced like :meth:`mark_published`. Returns how many rows changed.
+        """
+
+    @abc.abstractmethod
+    def reset(
+        self, ids: Iterable[int], *, now: datetime, using: str | None = None
+    ) -> int:
+        """Make rows ``pending`` and due at ``now`` again, with no lease.
+
+        ``failed`` rows start a fresh attempt budget; ``pending`` rows are simply due
+        now (publish-now). Published rows and rows whose task id already has another
+        pending row are left alone. Returns how many rows changed.
+        """
+
+    @abc.abstractmethod
+    def count_by_status(self, *, using: str | None = None) -> Mapping[MessageStatus, int]:
+        """How many rows are in each status."""
+
+    @abc.abstractmethod
+    def oldest_pending(self, *, using: str | None = None) -> datetime | None:
+        """``created_at`` of the oldest ``pending`` row, or ``None``."""
+
+    @abc.abstractmethod
+    def purge(
+        self, *, statuses: Iterable[MessageStatus], older_than: datetime, limit: int,
+        using: str | None = None,
+    ) -> int:
+        """Delete up to ``limit`` rows in ``statuses`` created before ``older_than``."""
+
+    # -- dead letters -----------------------------------------------------------
+    @abc.abstractmethod
+    def add_dead_letter(self, letter: NewDeadLetter, *, using: str | None = None) -> int:
+        """Write a dead letter (committed before returning when outside a transaction)."""
+
+    @abc.abstractmethod
+    def get_dead_letter(
+        self, letter_id: int, *, using: str | None = None
+    ) -> StoredDeadLetter | None:
+        """The dead letter with that id, or ``None``."""
+
+    @abc.abstractmethod
+    def requeue_dead_letter(
+        self, letter_id: int, message: NewMessage, *, by: str, now: datetime,
+        using: str | None = None,
+    ) -> tuple[str, int | None]:
+        """Mark a ``dead`` letter ``requeued`` and add ``message`` in the same transaction.
+
+        Returns ``(task_id, row_id)``: the new task id and outbox row, or, when the
+        letter is not ``dead`` any more, its existing ``requeued_task_id`` and ``None``
+        (nothing written). Raises ``LookupError`` for an unknown id.
+        """
+
+    @abc.abstractmethod
+    def discard_dead_letter(self, letter_id: int, *, using: str | None = None) -> bool:
+        """Mark a ``dead`` letter ``discarded``; ``False`` when it was not ``dead``."""
