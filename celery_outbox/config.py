@@ -120,7 +120,7 @@ class OutboxConfig:
         """Read and validate the settings of a Celery app (cached on the app)."""
         cached: OutboxConfig | None = getattr(app, "_outbox_config", None)
         if cached is None:
-            cached = cls.from_mapping({key: app.conf[key] for key in DEFAULTS if key in app.conf})
+            cached = cls.from_mapping({key: app.conf.get(key, DEFAULTS[key]) for key in DEFAULTS})
             app._outbox_config = cached  # type: ignore[attr-defined]
         return cached
 

@@ -18,7 +18,7 @@ from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import decode_body, publish_body
-from celery_outbox.records import Claim, StoredMessage
+from celery_outbox.records import Claim, NewMessage, StoredMessage
 from celery_outbox.signals import message_published
 from celery_outbox.storage import OutboxStore
 
@@ -89,6 +89,17 @@ class Relay:
         self._record_failures(claim, failed, fatal, using=using)
         return PublishReport(published=tuple(published), failed={**failed, **fatal})
 
+    def publish_message(self, message: NewMessage) -> None:
+        """Publish one message now, bypassing the table (short retry waits).
+
+        Raises whatever the broker raised; the caller parks the message instead.
+        """
+        try:
+            self._publish_one(self._producer(), message)
+        except Exception:
+            self.close()
+            raise
+
     def close(self) -> None:
         """Release this thread's broker connection."""
         conn = getattr(self._local, "connection", None)
@@ -132,7 +143,7 @@ class Relay:
         except Exception as exc:
             raise _Unpublishable(f"payload cannot be decoded: {_describe(exc)}") from exc
 
-    def _publish_one(self, producer: Producer, message: StoredMessage) -> None:
+    def _publish_one(self, producer: Producer, message: NewMessage) -> None:
         options = message.options
         headers = dict(options.get("headers") or {})
         if "compression" in options:

@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
+import random
+from datetime import datetime
+
 from celery import Task
+from celery.exceptions import Ignore, Reject, Retry
 from celery.result import AsyncResult
 from kombu.utils.uuid import uuid
 
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message, serialise_body
+from celery_outbox.exceptions import RetriesExhausted
+from celery_outbox.failures import first_failed_at, schedule_retry, write_dead_letter
 from celery_outbox.registry import relay_for, store_for
+from celery_outbox.retrying import Outcome, decide, options_from_task
+
+#: Set on a request once its failure was handled (retried or dead-lettered).
+_HANDLED = "_outbox_failure_handled"
 
 
 class OutboxTask(Task):  # type: ignore[misc]
@@ -29,6 +40,80 @@ class OutboxTask(Task):  # type: ignore[misc]
     acks_late = True
     #: Requeue a message whose worker process was lost (deliveries are counted).
     reject_on_worker_lost = True
+    #: Exceptions that retry (Celery's name). Anything else is a dead letter at once.
+    autoretry_for: tuple[type[BaseException], ...] = (Exception,)
+    #: Exceptions that never retry, even when they match ``autoretry_for``.
+    dont_autoretry_for: tuple[type[BaseException], ...] = ()
+    #: Retries before the task becomes a dead letter (``None``: no limit).
+    max_retries: int | None = 5
+    #: Seconds: the base of the random exponential windows (0-1, 1-2, 2-4 ... x base).
+    retry_backoff: float = 1.0
+    #: Seconds: the cap of any one wait.
+    retry_backoff_max: float = 300.0
+    #: Seconds after the first failure when retrying stops (``None``: no deadline).
+    retry_max_elapsed: float | None = None
+    #: Celery wraps ``run`` for autoretry unless this attribute exists; OutboxTask
+    #: retries in ``__call__`` instead (windows, parking, dead letters), never in ``run``.
+    _orig_run = None
+    #: Random source of the retry windows (replace it in tests for determinism).
+    rng = random.Random()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the task; on failure retry without sleeping, or write a dead letter."""
+        request = self.request_stack.top
+        if request is None:  # called directly, like a function
+            return super().__call__(*args, **kwargs)
+        if request.is_eager:
+            return self.run(*args, **kwargs)
+        try:
+            return self.run(*args, **kwargs)
+        except (Retry, Ignore, Reject):
+            raise
+        except Exception as exc:  # any failure is retried or dead-lettered: that is the point
+            if getattr(request, _HANDLED, False):
+                raise
+            outcome = self._after_failure(exc, explicit=False)
+            if isinstance(outcome, Retry):
+                raise outcome from None
+            raise
+
+    def retry(self, args: Any = None, kwargs: Any = None, exc: BaseException | None = None,
+              throw: bool = True, eta: datetime | None = None, countdown: float | None = None,
+              max_retries: int | None = None, **options: Any) -> Retry:
+        """Retry the running task on its backoff window (or ``countdown``/``eta``).
+
+        Celery's signature; ``args``/``kwargs``/``options`` overrides are not supported
+        (the retry repeats the same call). Exhausted retries write a dead letter and
+        raise ``exc`` (or :class:`RetriesExhausted`).
+        """
+        request = self.request
+        if request.called_directly or request.is_eager:
+            return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries,
+                                 **options)
+        if eta is not None:
+            countdown = (eta - utcnow()).total_seconds()
+        failure = self._after_failure(exc or RetriesExhausted(), explicit=True,
+                                      countdown=countdown, max_retries=max_retries)
+        raise failure
+
+    def _after_failure(self, exc: BaseException, *, explicit: bool,
+                       countdown: float | None = None, max_retries: int | None = None
+                       ) -> BaseException:
+        """Schedule a retry (returning ``Retry``) or write a dead letter (returning ``exc``)."""
+        request, now = self.request, utcnow()
+        setattr(request, _HANDLED, True)
+        options = options_from_task(self)
+        if max_retries is not None:
+            options = replace(options, max_retries=max_retries)
+        first = first_failed_at(request, now)
+        decision = decide(exc, options, retries=request.retries, first_failed_at=first,
+                          now=now, rng=self.rng, countdown=countdown, explicit=explicit)
+        if decision.outcome is Outcome.RETRY and decision.delay is not None:
+            return schedule_retry(self, request, exc, delay=decision.delay,
+                                  first_failed=first, now=now)
+        write_dead_letter(self, request, exc, outcome=decision.outcome,
+                          first_failed=first, now=now)
+        return exc
 
     def apply_async(  # type: ignore[override]
         self,

@@ -1,0 +1,101 @@
+"""Write, requeue and discard dead letters (the core of every surface that does so)."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from celery import Celery
+from kombu.utils.json import dumps as kombu_dumps
+from kombu.utils.uuid import uuid
+
+from celery_outbox.clock import utcnow
+from celery_outbox.config import OutboxConfig
+from celery_outbox.envelope import build_message
+from celery_outbox.exceptions import OutboxError
+from celery_outbox.records import NewDeadLetter
+from celery_outbox.registry import relay_for, store_for
+from celery_outbox.signals import dead_letter_requeued
+
+#: Routing keys of ``DeadLetter.options`` reused by a requeue.
+ROUTING_KEYS = ("queue", "exchange", "routing_key", "priority")
+
+
+def as_json(value: Any) -> Any:
+    """``value`` as plain JSON data, keeping Kombu's typed values (datetime, Decimal, UUID).
+
+    Kombu's JSON decoder turns the ``{"__type__": ...}`` objects back into their types,
+    so a requeued task receives the values it was first given.
+    """
+    try:
+        return json.loads(kombu_dumps(value))
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(value, default=repr))
+
+
+def exception_path(exc: BaseException) -> str:
+    """The dotted path of an exception's class, such as ``builtins.ValueError``."""
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
+def build_dead_letter(*, task_name: str, task_id: str, args: Any, kwargs: Any,
+                      options: Mapping[str, Any], exc: BaseException, retries: int,
+                      first_failed_at: datetime, failed_at: datetime,
+                      reason: str = "") -> NewDeadLetter:
+    """The dead letter of a task that ended with ``exc`` (and no retry)."""
+    message = str(exc) or reason
+    return NewDeadLetter(
+        task_id=task_id, task_name=task_name, args=as_json(list(args or ())),
+        kwargs=as_json(dict(kwargs or {})), options=as_json(dict(options)),
+        exception_type=exception_path(exc), exception_message=message,
+        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        retries=retries, first_failed_at=first_failed_at, failed_at=failed_at,
+    )
+
+
+def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = None) -> str:
+    """Requeue a dead letter as a new task (fresh retry budget, same args).
+
+    The new outbox row is written in the caller's transaction and published on commit.
+    Requeuing a letter that is not ``dead`` does nothing and returns its existing id.
+
+    Returns
+    -------
+    str
+        The id of the new task (also stored as ``requeued_task_id``).
+
+    Raises
+    ------
+    LookupError
+        No dead letter has that id.
+    OutboxError
+        The letter's task is not registered with ``app``.
+    """
+    store = store_for(app)
+    letter = store.get_dead_letter(letter_id, using=using)
+    if letter is None:
+        raise LookupError(f"No dead letter with id {letter_id!r}.")
+    if letter.requeued_task_id:
+        return letter.requeued_task_id
+    task = app.tasks.get(letter.task_name)
+    if task is None:
+        raise OutboxError(f"Cannot requeue dead letter {letter_id}: task "
+                          f"{letter.task_name!r} is not registered with this Celery app.")
+    config, now = OutboxConfig.from_celery(app), utcnow()
+    options = {k: v for k, v in letter.options.items() if k in ROUTING_KEYS and v is not None}
+    message = build_message(task, letter.args, letter.kwargs, task_id=uuid(), options=options,
+                            now=now, park_after=config.park_after, max_bytes=None)
+    task_id, row_id = store.requeue_dead_letter(letter_id, message, by=by, now=now, using=using)
+    if row_id is not None:
+        store.defer_publish(row_id, lambda ids: relay_for(app).publish_ids(ids, using=using),
+                            using=using)
+        dead_letter_requeued.send(sender=app, letter_id=letter_id, task_id=task_id, by=by)
+    return task_id
+
+
+def discard(app: Celery, letter_id: int, *, using: str | None = None) -> bool:
+    """Mark a ``dead`` letter ``discarded``; ``False`` when it was not ``dead``."""
+    return store_for(app).discard_dead_letter(letter_id, using=using)

@@ -1,0 +1,114 @@
+"""Worker-side handling of a failed attempt: schedule the retry, or write the dead letter.
+
+Nothing here sleeps. A retry either rides on a Celery ETA (short waits) or is parked as
+an outbox row (long waits, or when the ETA publish fails); if parking fails too, the
+current message is rejected with requeue, never dropped. A dead letter that cannot be
+written likewise leaves the message unacknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery import Task
+from celery.exceptions import Reject, Retry
+
+from celery_outbox.config import OutboxConfig
+from celery_outbox.dead_letters import build_dead_letter
+from celery_outbox.envelope import build_message
+from celery_outbox.registry import relay_for, store_for
+from celery_outbox.retrying import Outcome
+from celery_outbox.signals import task_dead_lettered
+
+logger = logging.getLogger(__name__)
+
+#: Message header carrying the time of a task's first failure across its retries.
+FIRST_FAILED_HEADER = "outbox_first_failed_at"
+
+
+def first_failed_at(request: Any, now: datetime) -> datetime:
+    """When this task first failed: from its retry header, else ``now``."""
+    value = getattr(request, FIRST_FAILED_HEADER, None)
+    return datetime.fromisoformat(value) if isinstance(value, str) else now
+
+
+def schedule_retry(task: Task, request: Any, exc: BaseException, *, delay: timedelta,
+                   first_failed: datetime, now: datetime) -> Retry:
+    """Schedule the next attempt of the running task; return the ``Retry`` to raise.
+
+    Raises
+    ------
+    celery.exceptions.Reject
+        With ``requeue=True`` when neither the ETA publish nor parking succeeded.
+    """
+    app = task._get_app()
+    config = OutboxConfig.from_celery(app)
+    eta = now + delay
+    message = build_message(task, request.args, request.kwargs, task_id=request.id,
+                            options=_retry_options(task, request, eta, first_failed),
+                            now=now, park_after=config.park_after, max_bytes=None)
+    if message.available_at <= now:
+        try:
+            relay_for(app).publish_message(message)
+            return Retry(exc=exc, when=eta)
+        except Exception:  # the broker refused: park it instead, never drop it
+            logger.warning("celery-outbox: ETA publish of retry %s[%s] failed; parking it",
+                           task.name, request.id, exc_info=True)
+        message = replace(message, available_at=eta)
+    try:
+        store_for(app).add(message)
+    except Exception as park_exc:
+        logger.exception("celery-outbox: could not park retry %s[%s]; requeueing the message",
+                         task.name, request.id)
+        raise Reject(park_exc, requeue=True) from park_exc
+    return Retry(exc=exc, when=eta)
+
+
+def _retry_options(task: Task, request: Any, eta: datetime, first_failed: datetime
+                   ) -> dict[str, Any]:
+    signature = task.signature_from_request(request, eta=eta, retries=request.retries + 1)
+    options = dict(signature.options)
+    for key in ("task_id", "eta", "countdown", "retries"):
+        options.pop(key, None)
+    headers = dict(options.get("headers") or {})
+    headers[FIRST_FAILED_HEADER] = first_failed.isoformat()
+    return {**options, "headers": headers, "eta": eta, "retries": request.retries + 1}
+
+
+def write_dead_letter(task: Task, request: Any, exc: BaseException, *, outcome: Outcome,
+                      first_failed: datetime, now: datetime) -> int:
+    """Write the dead letter of the running task and send ``task_dead_lettered``.
+
+    Raises
+    ------
+    celery.exceptions.Reject
+        With ``requeue=True`` when the dead letter could not be written.
+    """
+    letter = build_dead_letter(
+        task_name=task.name, task_id=request.id, args=request.args, kwargs=request.kwargs,
+        options=_routing(request), exc=exc, retries=request.retries,
+        first_failed_at=first_failed, failed_at=now, reason=outcome.value)
+    try:
+        letter_id = store_for(task._get_app()).add_dead_letter(letter)
+    except Exception as write_exc:
+        logger.exception("celery-outbox: could not write the dead letter of %s[%s]; "
+                         "requeueing the message", task.name, request.id)
+        raise Reject(write_exc, requeue=True) from write_exc
+    logger.error("celery-outbox: %s[%s] is a dead letter (%s): %r",
+                 task.name, request.id, outcome.value, exc)
+    task_dead_lettered.send(sender=task, letter_id=letter_id, task_id=request.id, exception=exc)
+    return letter_id
+
+
+def _routing(request: Any) -> dict[str, Any]:
+    info = dict(request.delivery_info or {})
+    anonymous = info.get("exchange") in ("", None)
+    return {
+        "queue": info.get("routing_key") if anonymous else None,
+        "exchange": None if anonymous else info.get("exchange"),
+        "routing_key": None if anonymous else info.get("routing_key"),
+        "priority": info.get("priority"),
+    }
