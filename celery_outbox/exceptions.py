@@ -36,6 +36,10 @@ class RetriesExhausted(OutboxError):
     """The task used up its retries (or its retry deadline) and became a dead letter."""
 
 
+class TooManyDeliveries(OutboxError):
+    """The task's message was delivered outbox_max_deliveries times without finishing."""
+
+
 class OutboxRetry(OutboxError):  # noqa: N818 - named like dramatiq's Retry, as a control-flow signal
     """Retry this task without logging an error.
 

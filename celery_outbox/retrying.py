@@ -21,6 +21,7 @@ class Outcome(str, enum.Enum):
     NOT_RETRYABLE = "not retryable"
     EXHAUSTED = "retries exhausted"
     DEADLINE = "retry deadline passed"
+    TOO_MANY_DELIVERIES = "too many deliveries"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,6 +7,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+import logging
 import random
 from datetime import datetime
 
@@ -18,10 +19,13 @@ from kombu.utils.uuid import uuid
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message, serialise_body
-from celery_outbox.exceptions import RetriesExhausted
+from celery_outbox.exceptions import RetriesExhausted, StoreError, TooManyDeliveries
 from celery_outbox.failures import first_failed_at, schedule_retry, write_dead_letter
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.retrying import Outcome, decide, options_from_task
+from celery_outbox.storage import OutboxStore
+
+logger = logging.getLogger(__name__)
 
 #: Set on a request once its failure was handled (retried or dead-lettered).
 _HANDLED = "_outbox_failure_handled"
@@ -65,6 +69,11 @@ class OutboxTask(Task):  # type: ignore[misc]
             return super().__call__(*args, **kwargs)
         if request.is_eager:
             return self.run(*args, **kwargs)
+        if (request.delivery_info or {}).get("redelivered"):
+            return self._run_redelivered(request, args, kwargs)
+        return self._run_attempt(request, args, kwargs)
+
+    def _run_attempt(self, request: Any, args: Any, kwargs: Any) -> Any:
         try:
             return self.run(*args, **kwargs)
         except (Retry, Ignore, Reject):
@@ -76,6 +85,37 @@ class OutboxTask(Task):  # type: ignore[misc]
             if isinstance(outcome, Retry):
                 raise outcome from None
             raise
+
+    def _run_redelivered(self, request: Any, args: Any, kwargs: Any) -> Any:
+        # A redelivered message may be one that keeps killing its worker: count it,
+        # and past outbox_max_deliveries dead-letter it without running it again.
+        app, now = self._get_app(), utcnow()
+        store, limit = store_for(app), OutboxConfig.from_celery(app).max_deliveries
+        try:
+            deliveries = store.record_delivery(request.id, now=now)
+        except StoreError as exc:
+            raise Reject(exc, requeue=True) from exc
+        if deliveries > limit:
+            setattr(request, _HANDLED, True)
+            exc = TooManyDeliveries(
+                f"{self.name}[{request.id}] was delivered {deliveries} times without finishing "
+                f"(outbox_max_deliveries={limit}); dead-lettered without running it.")
+            write_dead_letter(self, request, exc, outcome=Outcome.TOO_MANY_DELIVERIES,
+                              first_failed=first_failed_at(request, now), now=now)
+            self._forget_deliveries(store, request.id)
+            raise exc
+        try:
+            return self._run_attempt(request, args, kwargs)
+        finally:
+            self._forget_deliveries(store, request.id)
+
+    @staticmethod
+    def _forget_deliveries(store: OutboxStore, task_id: str) -> None:
+        try:
+            store.forget_deliveries(task_id)
+        except StoreError:  # a stale count only makes a later redelivery look older
+            logger.warning("celery-outbox: could not clear the delivery count of %s", task_id,
+                           exc_info=True)
 
     def retry(self, args: Any = None, kwargs: Any = None, exc: BaseException | None = None,
               throw: bool = True, eta: datetime | None = None, countdown: float | None = None,

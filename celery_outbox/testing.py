@@ -45,6 +45,7 @@ class InMemoryOutboxStore(OutboxStore):
         self.clock = clock
         self.rows: dict[int, StoredMessage] = {}
         self.letters: dict[int, StoredDeadLetter] = {}
+        self.deliveries: dict[str, int] = {}
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._local = threading.local()
@@ -195,6 +196,16 @@ class InMemoryOutboxStore(OutboxStore):
             for row_id in doomed:
                 del self.rows[row_id]
             return len(doomed)
+
+    # -- deliveries -----------------------------------------------------------------
+    def record_delivery(self, task_id: str, *, now: datetime, using: str | None = None) -> int:
+        with self._lock:
+            self.deliveries[task_id] = self.deliveries.get(task_id, 1) + 1
+            return self.deliveries[task_id]
+
+    def forget_deliveries(self, task_id: str, *, using: str | None = None) -> None:
+        with self._lock:
+            self.deliveries.pop(task_id, None)
 
     # -- dead letters -------------------------------------------------------------------
     def add_dead_letter(self, letter: NewDeadLetter, *, using: str | None = None) -> int:
