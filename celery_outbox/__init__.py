@@ -20,9 +20,12 @@ from celery_outbox.exceptions import (
 from celery_outbox.records import DeadLetterStatus, MessageStatus
 from celery_outbox.registry import install_store, set_default_store, store_for
 from celery_outbox.storage import OutboxStore
+from celery_outbox.sweep_task import SWEEP_TASK
+from celery_outbox.sweeper import Sweeper, SweepReport
 from celery_outbox.task import OutboxTask
 
 __all__ = [
+    "SWEEP_TASK",
     "BackoffPolicy",
     "DeadLetterStatus",
     "MessageStatus",
@@ -36,6 +39,8 @@ __all__ = [
     "PayloadError",
     "RetriesExhausted",
     "StoreError",
+    "SweepReport",
+    "Sweeper",
     "install_store",
     "set_default_store",
     "store_for",

@@ -70,7 +70,7 @@ class BackoffPolicy:
             Random source; the module's shared generator when omitted.
         """
         low, high = self.window(retry)
-        fraction = (rng or random).random()
+        fraction = rng.random() if rng is not None else random.random()
         return low + (high - low) * fraction
 
     def _capped(self, exponent: int) -> timedelta:
@@ -78,7 +78,7 @@ class BackoffPolicy:
         # overflows timedelta (whose maximum is reached near base * 2**46).
         if exponent >= _doublings_to_cap(self.base, self.cap):
             return self.cap
-        return self.base * 2**exponent
+        return self.base * (1 << exponent)
 
 
 def _doublings_to_cap(base: timedelta, cap: timedelta) -> int:

@@ -123,4 +123,3 @@ class OutboxConfig:
             cached = cls.from_mapping({key: app.conf.get(key, DEFAULTS[key]) for key in DEFAULTS})
             app._outbox_config = cached  # type: ignore[attr-defined]
         return cached
-

@@ -41,18 +41,33 @@ def exception_path(exc: BaseException) -> str:
     return f"{type(exc).__module__}.{type(exc).__qualname__}"
 
 
-def build_dead_letter(*, task_name: str, task_id: str, args: Any, kwargs: Any,
-                      options: Mapping[str, Any], exc: BaseException, retries: int,
-                      first_failed_at: datetime, failed_at: datetime,
-                      reason: str = "") -> NewDeadLetter:
+def build_dead_letter(
+    *,
+    task_name: str,
+    task_id: str,
+    args: Any,
+    kwargs: Any,
+    options: Mapping[str, Any],
+    exc: BaseException,
+    retries: int,
+    first_failed_at: datetime,
+    failed_at: datetime,
+    reason: str = "",
+) -> NewDeadLetter:
     """The dead letter of a task that ended with ``exc`` (and no retry)."""
     message = str(exc) or reason
     return NewDeadLetter(
-        task_id=task_id, task_name=task_name, args=as_json(list(args or ())),
-        kwargs=as_json(dict(kwargs or {})), options=as_json(dict(options)),
-        exception_type=exception_path(exc), exception_message=message,
+        task_id=task_id,
+        task_name=task_name,
+        args=as_json(list(args or ())),
+        kwargs=as_json(dict(kwargs or {})),
+        options=as_json(dict(options)),
+        exception_type=exception_path(exc),
+        exception_message=message,
         traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        retries=retries, first_failed_at=first_failed_at, failed_at=failed_at,
+        retries=retries,
+        first_failed_at=first_failed_at,
+        failed_at=failed_at,
     )
 
 
@@ -82,16 +97,27 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
         return letter.requeued_task_id
     task = app.tasks.get(letter.task_name)
     if task is None:
-        raise OutboxError(f"Cannot requeue dead letter {letter_id}: task "
-                          f"{letter.task_name!r} is not registered with this Celery app.")
+        raise OutboxError(
+            f"Cannot requeue dead letter {letter_id}: task "
+            f"{letter.task_name!r} is not registered with this Celery app."
+        )
     config, now = OutboxConfig.from_celery(app), utcnow()
     options = {k: v for k, v in letter.options.items() if k in ROUTING_KEYS and v is not None}
-    message = build_message(task, letter.args, letter.kwargs, task_id=uuid(), options=options,
-                            now=now, park_after=config.park_after, max_bytes=None)
+    message = build_message(
+        task,
+        letter.args,
+        letter.kwargs,
+        task_id=uuid(),
+        options=options,
+        now=now,
+        park_after=config.park_after,
+        max_bytes=None,
+    )
     task_id, row_id = store.requeue_dead_letter(letter_id, message, by=by, now=now, using=using)
     if row_id is not None:
-        store.defer_publish(row_id, lambda ids: relay_for(app).publish_ids(ids, using=using),
-                            using=using)
+        store.defer_publish(
+            row_id, lambda ids: relay_for(app).publish_ids(ids, using=using), using=using
+        )
         dead_letter_requeued.send(sender=app, letter_id=letter_id, task_id=task_id, by=by)
     return task_id
 

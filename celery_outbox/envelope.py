@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from celery import Celery, Task
 from kombu import Connection
@@ -49,20 +49,34 @@ def _unconnected_connection(app: Celery) -> Connection:
     return conn
 
 
-def capture_message(task: Task, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
-                    *, task_id: str, options: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+def capture_message(
+    task: Task[Any, Any],
+    args: Sequence[Any] | None,
+    kwargs: Mapping[str, Any] | None,
+    *,
+    task_id: str,
+    options: Mapping[str, Any],
+) -> tuple[Any, dict[str, Any]]:
     """Run Celery's ``apply_async`` for ``task`` against a capturing producer.
 
     Returns the message body and the keyword arguments Celery would pass to
     ``Producer.publish``.
     """
-    producer = _CapturingProducer(_unconnected_connection(task._get_app()))
-    Task.apply_async(task, args, kwargs, task_id=task_id, producer=producer, **options)
+    producer = _CapturingProducer(_unconnected_connection(task.app))
+    Task.apply_async(
+        task,
+        tuple(args or ()),
+        dict(kwargs or {}),
+        task_id=task_id,
+        producer=cast(Any, producer),
+        **options,
+    )
     return producer.body, producer.kwargs
 
 
-def serialise_body(task_name: str, body: Any, *, serializer: str, compression: str | None,
-                   max_bytes: int | None) -> tuple[str, dict[str, Any]]:
+def serialise_body(
+    task_name: str, body: Any, *, serializer: str, compression: str | None, max_bytes: int | None
+) -> tuple[str, dict[str, Any]]:
     """Serialise a message body; return the stored payload and its content options.
 
     Raises
@@ -93,20 +107,32 @@ def serialise_body(task_name: str, body: Any, *, serializer: str, compression: s
     return raw.decode(content_encoding), content
 
 
-def build_message(task: Task, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None, *,
-                  task_id: str, options: Mapping[str, Any], now: datetime,
-                  park_after: timedelta, max_bytes: int | None) -> NewMessage:
+def build_message(
+    task: Task[Any, Any],
+    args: Sequence[Any] | None,
+    kwargs: Mapping[str, Any] | None,
+    *,
+    task_id: str,
+    options: Mapping[str, Any],
+    now: datetime,
+    park_after: timedelta,
+    max_bytes: int | None,
+) -> NewMessage:
     """Build the outbox row for one call of ``task``.
 
     A message whose ETA lies more than ``park_after`` ahead is stored with
     ``available_at`` at its ETA, so no broker or worker holds it while it waits.
     """
-    app = task._get_app()
+    app = task.app
     body, publish = capture_message(task, args, kwargs, task_id=task_id, options=options)
     serializer = publish.get("serializer") or app.conf.task_serializer
-    payload, content = serialise_body(task.name, body, serializer=serializer,
-                                      compression=publish.get("compression"),
-                                      max_bytes=max_bytes)
+    payload, content = serialise_body(
+        task.name,
+        body,
+        serializer=serializer,
+        compression=publish.get("compression"),
+        max_bytes=max_bytes,
+    )
     headers = dict(publish.get("headers") or {})
     return NewMessage(
         task_id=headers.get("id", task_id),
@@ -117,14 +143,26 @@ def build_message(task: Task, args: Sequence[Any] | None, kwargs: Mapping[str, A
     )
 
 
-_NOT_PROPERTIES = frozenset({
-    "exchange", "routing_key", "serializer", "compression", "retry", "retry_policy",
-    "delivery_mode", "declare", "headers", "timeout", "confirm_timeout",
-})
+_NOT_PROPERTIES = frozenset(
+    {
+        "exchange",
+        "routing_key",
+        "serializer",
+        "compression",
+        "retry",
+        "retry_policy",
+        "delivery_mode",
+        "declare",
+        "headers",
+        "timeout",
+        "confirm_timeout",
+    }
+)
 
 
-def _stored_options(publish: Mapping[str, Any], headers: dict[str, Any],
-                    content: Mapping[str, Any]) -> dict[str, Any]:
+def _stored_options(
+    publish: Mapping[str, Any], headers: dict[str, Any], content: Mapping[str, Any]
+) -> dict[str, Any]:
     exchange = publish.get("exchange")
     return {
         "exchange": getattr(exchange, "name", exchange) or "",
@@ -157,5 +195,6 @@ def decode_body(payload: str, options: Mapping[str, Any]) -> Any:
     raw = publish_body(payload, options)
     if "compression" in options:
         raw = decompress(raw, options["compression"])
-    return loads(raw, options["content_type"], options["content_encoding"],
-                 accept=[options["content_type"]])
+    return loads(
+        raw, options["content_type"], options["content_encoding"], accept=[options["content_type"]]
+    )

@@ -40,7 +40,7 @@ class TooManyDeliveries(OutboxError):
     """The task's message was delivered outbox_max_deliveries times without finishing."""
 
 
-class OutboxRetry(OutboxError):  # noqa: N818 - named like dramatiq's Retry, as a control-flow signal
+class OutboxRetry(OutboxError):
     """Retry this task without logging an error.
 
     Raise it from :meth:`OutboxTask.run` to ask for another attempt; ``delay``

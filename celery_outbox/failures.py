@@ -35,8 +35,15 @@ def first_failed_at(request: Any, now: datetime) -> datetime:
     return datetime.fromisoformat(value) if isinstance(value, str) else now
 
 
-def schedule_retry(task: Task, request: Any, exc: BaseException, *, delay: timedelta,
-                   first_failed: datetime, now: datetime) -> Retry:
+def schedule_retry(
+    task: Task[Any, Any],
+    request: Any,
+    exc: Exception,
+    *,
+    delay: timedelta,
+    first_failed: datetime,
+    now: datetime,
+) -> Retry:
     """Schedule the next attempt of the running task; return the ``Retry`` to raise.
 
     Raises
@@ -44,31 +51,46 @@ def schedule_retry(task: Task, request: Any, exc: BaseException, *, delay: timed
     celery.exceptions.Reject
         With ``requeue=True`` when neither the ETA publish nor parking succeeded.
     """
-    app = task._get_app()
+    app = task.app
     config = OutboxConfig.from_celery(app)
     eta = now + delay
-    message = build_message(task, request.args, request.kwargs, task_id=request.id,
-                            options=_retry_options(task, request, eta, first_failed),
-                            now=now, park_after=config.park_after, max_bytes=None)
+    message = build_message(
+        task,
+        request.args,
+        request.kwargs,
+        task_id=request.id,
+        options=_retry_options(task, request, eta, first_failed),
+        now=now,
+        park_after=config.park_after,
+        max_bytes=None,
+    )
     if message.available_at <= now:
         try:
             relay_for(app).publish_message(message)
             return Retry(exc=exc, when=eta)
         except Exception:  # the broker refused: park it instead, never drop it
-            logger.warning("celery-outbox: ETA publish of retry %s[%s] failed; parking it",
-                           task.name, request.id, exc_info=True)
+            logger.warning(
+                "celery-outbox: ETA publish of retry %s[%s] failed; parking it",
+                task.name,
+                request.id,
+                exc_info=True,
+            )
         message = replace(message, available_at=eta)
     try:
         store_for(app).add(message)
     except Exception as park_exc:
-        logger.exception("celery-outbox: could not park retry %s[%s]; requeueing the message",
-                         task.name, request.id)
+        logger.exception(
+            "celery-outbox: could not park retry %s[%s]; requeueing the message",
+            task.name,
+            request.id,
+        )
         raise Reject(park_exc, requeue=True) from park_exc
     return Retry(exc=exc, when=eta)
 
 
-def _retry_options(task: Task, request: Any, eta: datetime, first_failed: datetime
-                   ) -> dict[str, Any]:
+def _retry_options(
+    task: Task[Any, Any], request: Any, eta: datetime, first_failed: datetime
+) -> dict[str, Any]:
     signature = task.signature_from_request(request, eta=eta, retries=request.retries + 1)
     options = dict(signature.options)
     for key in ("task_id", "eta", "countdown", "retries"):
@@ -78,8 +100,15 @@ def _retry_options(task: Task, request: Any, eta: datetime, first_failed: dateti
     return {**options, "headers": headers, "eta": eta, "retries": request.retries + 1}
 
 
-def write_dead_letter(task: Task, request: Any, exc: BaseException, *, outcome: Outcome,
-                      first_failed: datetime, now: datetime) -> int:
+def write_dead_letter(
+    task: Task[Any, Any],
+    request: Any,
+    exc: BaseException,
+    *,
+    outcome: Outcome,
+    first_failed: datetime,
+    now: datetime,
+) -> int:
     """Write the dead letter of the running task and send ``task_dead_lettered``.
 
     Raises
@@ -88,17 +117,29 @@ def write_dead_letter(task: Task, request: Any, exc: BaseException, *, outcome: 
         With ``requeue=True`` when the dead letter could not be written.
     """
     letter = build_dead_letter(
-        task_name=task.name, task_id=request.id, args=request.args, kwargs=request.kwargs,
-        options=_routing(request), exc=exc, retries=request.retries,
-        first_failed_at=first_failed, failed_at=now, reason=outcome.value)
+        task_name=task.name,
+        task_id=request.id,
+        args=request.args,
+        kwargs=request.kwargs,
+        options=_routing(request),
+        exc=exc,
+        retries=request.retries,
+        first_failed_at=first_failed,
+        failed_at=now,
+        reason=outcome.value,
+    )
     try:
-        letter_id = store_for(task._get_app()).add_dead_letter(letter)
+        letter_id = store_for(task.app).add_dead_letter(letter)
     except Exception as write_exc:
-        logger.exception("celery-outbox: could not write the dead letter of %s[%s]; "
-                         "requeueing the message", task.name, request.id)
+        logger.exception(
+            "celery-outbox: could not write the dead letter of %s[%s]; requeueing the message",
+            task.name,
+            request.id,
+        )
         raise Reject(write_exc, requeue=True) from write_exc
-    logger.error("celery-outbox: %s[%s] is a dead letter (%s): %r",
-                 task.name, request.id, outcome.value, exc)
+    logger.error(
+        "celery-outbox: %s[%s] is a dead letter (%s): %r", task.name, request.id, outcome.value, exc
+    )
     task_dead_lettered.send(sender=task, letter_id=letter_id, task_id=request.id, exception=exc)
     return letter_id
 

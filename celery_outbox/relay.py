@@ -49,8 +49,15 @@ class Relay:
     only once the broker accepted its message.
     """
 
-    def __init__(self, app: Celery, *, store: OutboxStore, config: OutboxConfig,
-                 clock: Clock = utcnow, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        app: Celery,
+        *,
+        store: OutboxStore,
+        config: OutboxConfig,
+        clock: Clock = utcnow,
+        rng: random.Random | None = None,
+    ) -> None:
         self.app, self.store, self.config = app, store, config
         self.clock, self.rng = clock, rng or random.Random()
         self._local = threading.local()
@@ -60,18 +67,23 @@ class Relay:
         """Claim ``ids`` and publish them: the on-commit path. Never raises."""
         try:
             now = self.clock()
-            claim = self.store.claim(ids, now=now, lease_until=now + self.config.claim_lease,
-                                     using=using)
+            claim = self.store.claim(
+                ids, now=now, lease_until=now + self.config.claim_lease, using=using
+            )
             return self.publish_claim(claim, using=using)
         except Exception:
             # An on-commit callback must never raise into the caller or stop Django's
             # other callbacks; the rows are committed and the sweeper will publish them.
-            logger.exception("celery-outbox: publishing %d row(s) after commit failed; "
-                             "the sweeper will publish them", len(ids))
+            logger.exception(
+                "celery-outbox: publishing %d row(s) after commit failed; "
+                "the sweeper will publish them",
+                len(ids),
+            )
             return PublishReport()
 
-    def publish_claim(self, claim: Claim, *, using: str | None = None,
-                      validate: bool = False) -> PublishReport:
+    def publish_claim(
+        self, claim: Claim, *, using: str | None = None, validate: bool = False
+    ) -> PublishReport:
         """Publish every row of ``claim``, then mark or reschedule them (fenced).
 
         With ``validate`` (the sweeper), rows naming an unregistered task or holding an
@@ -81,11 +93,17 @@ class Relay:
             return PublishReport()
         published, failed, fatal = self._send(claim.messages, validate=validate)
         if published:
-            self.store.mark_published(claim, published, now=self.clock(),
-                                      keep=self.config.keep_published > timedelta(0),
-                                      using=using)
-            message_published.send(sender=self.app, task_ids=[
-                m.task_id for m in claim.messages if m.id in set(published)])
+            self.store.mark_published(
+                claim,
+                published,
+                now=self.clock(),
+                keep=self.config.keep_published > timedelta(0),
+                using=using,
+            )
+            message_published.send(
+                sender=self.app,
+                task_ids=[m.task_id for m in claim.messages if m.id in set(published)],
+            )
         self._record_failures(claim, failed, fatal, using=using)
         return PublishReport(published=tuple(published), failed={**failed, **fatal})
 
@@ -108,8 +126,9 @@ class Relay:
             conn.release()
 
     # -- sending --------------------------------------------------------------------
-    def _send(self, messages: Iterable[StoredMessage], *, validate: bool
-              ) -> tuple[list[int], dict[int, str], dict[int, str]]:
+    def _send(
+        self, messages: Iterable[StoredMessage], *, validate: bool
+    ) -> tuple[list[int], dict[int, str], dict[int, str]]:
         published: list[int] = []
         failed: dict[int, str] = {}
         fatal: dict[int, str] = {}
@@ -122,13 +141,13 @@ class Relay:
             except _Unpublishable as exc:
                 fatal[message.id] = str(exc)
                 continue
-            except Exception as exc:  # the broker is unreachable: no point trying the rest
+            except Exception as exc:  # noqa: BLE001 - unreachable broker: skip the rest
                 self.close()
                 failed.update((m.id, _describe(exc)) for m in pending[index:])
                 break
             try:
                 self._publish_one(producer, message)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any publish error: retry the row later
                 self.close()
                 failed[message.id] = _describe(exc)
             else:
@@ -164,8 +183,7 @@ class Relay:
             **self._properties(options, headers),
         )
 
-    def _properties(self, options: dict[str, Any] | Any, headers: dict[str, Any]
-                    ) -> dict[str, Any]:
+    def _properties(self, options: dict[str, Any] | Any, headers: dict[str, Any]) -> dict[str, Any]:
         properties = dict(options.get("properties") or {})
         expires = headers.get("expires")
         if expires and "expiration" in properties:
@@ -184,37 +202,56 @@ class Relay:
         if conn is None:
             conn = self.app.connection_for_write(
                 connect_timeout=timeout,
-                transport_options={"confirm_publish": True, "socket_connect_timeout": timeout,
-                                   "socket_timeout": timeout, "max_retries": 0},
+                transport_options={
+                    "confirm_publish": True,
+                    "socket_connect_timeout": timeout,
+                    "socket_timeout": timeout,
+                    "max_retries": 0,
+                },
             )
             self._local.connection = conn
             self._local.producer = None
-        conn.ensure_connection(max_retries=0, timeout=timeout)
+        conn.ensure_connection(max_retries=0, timeout=timeout)  # type: ignore[arg-type]
         if self._local.producer is None:
             self._local.producer = self.app.amqp.Producer(conn, auto_declare=False)
         producer: Producer = self._local.producer
         return producer
 
     # -- failures -------------------------------------------------------------------
-    def _record_failures(self, claim: Claim, failed: dict[int, str], fatal: dict[int, str],
-                         *, using: str | None) -> None:
+    def _record_failures(
+        self, claim: Claim, failed: dict[int, str], fatal: dict[int, str], *, using: str | None
+    ) -> None:
         attempts = {m.id: m.attempts for m in claim.messages}
         groups: dict[tuple[str, int], list[int]] = defaultdict(list)
         for message_id, error in failed.items():
             groups[(error, attempts[message_id])].append(message_id)
         for (error, tries), ids in groups.items():
             retry_at = self.clock() + PUBLISH_BACKOFF.delay_for(tries + 1, rng=self.rng)
-            logger.warning("celery-outbox: %d row(s) not published (%s); next try at %s",
-                           len(ids), error, retry_at.isoformat())
-            self.store.record_failure(claim, ids, error=error, retry_at=retry_at,
-                                      max_attempts=self.config.publish_max_attempts,
-                                      using=using)
+            logger.warning(
+                "celery-outbox: %d row(s) not published (%s); next try at %s",
+                len(ids),
+                error,
+                retry_at.isoformat(),
+            )
+            self.store.record_failure(
+                claim,
+                ids,
+                error=error,
+                retry_at=retry_at,
+                max_attempts=self.config.publish_max_attempts,
+                using=using,
+            )
         if fatal:
             for message_id, error in fatal.items():
                 logger.error("celery-outbox: row %d failed for good: %s", message_id, error)
-                self.store.record_failure(claim, [message_id], error=error, retry_at=None,
-                                          max_attempts=self.config.publish_max_attempts,
-                                          using=using)
+                self.store.record_failure(
+                    claim,
+                    [message_id],
+                    error=error,
+                    retry_at=None,
+                    max_attempts=self.config.publish_max_attempts,
+                    using=using,
+                )
 
 
 def _describe(exc: BaseException) -> str:

@@ -43,7 +43,7 @@ class RetryDecision:
     delay: timedelta | None = None
 
 
-def options_from_task(task: Task) -> RetryOptions:
+def options_from_task(task: Task[Any, Any]) -> RetryOptions:
     """Read Celery's option names off ``task`` (seconds) into :class:`RetryOptions`.
 
     Raises
@@ -56,15 +56,24 @@ def options_from_task(task: Task) -> RetryOptions:
         autoretry_for=_exception_types(task, "autoretry_for"),
         dont_autoretry_for=_exception_types(task, "dont_autoretry_for"),
         max_retries=task.max_retries,
-        policy=BackoffPolicy(base=_seconds(task, "retry_backoff"),
-                             cap=_seconds(task, "retry_backoff_max")),
+        policy=BackoffPolicy(
+            base=_seconds(task, "retry_backoff"), cap=_seconds(task, "retry_backoff_max")
+        ),
         max_elapsed=None if max_elapsed is None else _seconds(task, "retry_max_elapsed"),
     )
 
 
-def decide(exc: BaseException, options: RetryOptions, *, retries: int,
-           first_failed_at: datetime, now: datetime, rng: random.Random,
-           countdown: float | None = None, explicit: bool = False) -> RetryDecision:
+def decide(
+    exc: BaseException,
+    options: RetryOptions,
+    *,
+    retries: int,
+    first_failed_at: datetime,
+    now: datetime,
+    rng: random.Random,
+    countdown: float | None = None,
+    explicit: bool = False,
+) -> RetryDecision:
     """Decide what follows the failure ``exc`` of attempt number ``retries`` (0-based).
 
     ``explicit`` (``self.retry()`` or :class:`OutboxRetry`) retries whatever the type of
@@ -86,8 +95,14 @@ def decide(exc: BaseException, options: RetryOptions, *, retries: int,
     return RetryDecision(outcome=Outcome.RETRY, delay=delay)
 
 
-def _delay(exc: BaseException, options: RetryOptions, *, retries: int, rng: random.Random,
-           countdown: float | None) -> timedelta:
+def _delay(
+    exc: BaseException,
+    options: RetryOptions,
+    *,
+    retries: int,
+    rng: random.Random,
+    countdown: float | None,
+) -> timedelta:
     if isinstance(exc, OutboxRetry) and exc.delay is not None:
         return max(exc.delay, timedelta(0))
     if countdown is not None:
@@ -95,7 +110,7 @@ def _delay(exc: BaseException, options: RetryOptions, *, retries: int, rng: rand
     return options.policy.delay_for(retries, rng=rng)
 
 
-def _seconds(task: Task, name: str) -> timedelta:
+def _seconds(task: Task[Any, Any], name: str) -> timedelta:
     value: Any = getattr(task, name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise OutboxConfigError(
@@ -104,7 +119,7 @@ def _seconds(task: Task, name: str) -> timedelta:
     return timedelta(seconds=float(value))
 
 
-def _exception_types(task: Task, name: str) -> tuple[type[BaseException], ...]:
+def _exception_types(task: Task[Any, Any], name: str) -> tuple[type[BaseException], ...]:
     value = tuple(getattr(task, name, ()) or ())
     for item in value:
         if not (isinstance(item, type) and issubclass(item, BaseException)):

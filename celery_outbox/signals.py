@@ -5,13 +5,13 @@ from __future__ import annotations
 from celery.utils.dispatch import Signal
 
 #: Sent after outbox rows reached the broker: ``sender`` is the app, ``task_ids`` a list.
-message_published = Signal(name="outbox_message_published", providing_args={"task_ids"})
+message_published = Signal(name="outbox_message_published", providing_args=["task_ids"])
 #: Sent after a task became a dead letter: ``sender`` is the task, ``letter_id`` and
 #: ``exception`` are given.
 task_dead_lettered = Signal(
-    name="outbox_task_dead_lettered", providing_args={"letter_id", "task_id", "exception"}
+    name="outbox_task_dead_lettered", providing_args=["letter_id", "task_id", "exception"]
 )
 #: Sent after a dead letter was requeued: ``letter_id``, ``task_id`` (the new one), ``by``.
 dead_letter_requeued = Signal(
-    name="outbox_dead_letter_requeued", providing_args={"letter_id", "task_id", "by"}
+    name="outbox_dead_letter_requeued", providing_args=["letter_id", "task_id", "by"]
 )

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from functools import partial
-from typing import Any
-
 import logging
 import random
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
+from functools import partial
+from typing import Any
 
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
@@ -31,7 +30,7 @@ logger = logging.getLogger(__name__)
 _HANDLED = "_outbox_failure_handled"
 
 
-class OutboxTask(Task):  # type: ignore[misc]
+class OutboxTask(Task[Any, Any]):
     """A Celery task that is dispatched through the outbox and retries without sleeping.
 
     ``delay``/``apply_async`` write an outbox row in the caller's current database
@@ -89,21 +88,28 @@ class OutboxTask(Task):  # type: ignore[misc]
     def _run_redelivered(self, request: Any, args: Any, kwargs: Any) -> Any:
         # A redelivered message may be one that keeps killing its worker: count it,
         # and past outbox_max_deliveries dead-letter it without running it again.
-        app, now = self._get_app(), utcnow()
+        app, now = self.app, utcnow()
         store, limit = store_for(app), OutboxConfig.from_celery(app).max_deliveries
         try:
             deliveries = store.record_delivery(request.id, now=now)
-        except StoreError as exc:
-            raise Reject(exc, requeue=True) from exc
+        except StoreError as store_exc:
+            raise Reject(store_exc, requeue=True) from store_exc
         if deliveries > limit:
             setattr(request, _HANDLED, True)
-            exc = TooManyDeliveries(
+            error = TooManyDeliveries(
                 f"{self.name}[{request.id}] was delivered {deliveries} times without finishing "
-                f"(outbox_max_deliveries={limit}); dead-lettered without running it.")
-            write_dead_letter(self, request, exc, outcome=Outcome.TOO_MANY_DELIVERIES,
-                              first_failed=first_failed_at(request, now), now=now)
+                f"(outbox_max_deliveries={limit}); dead-lettered without running it."
+            )
+            write_dead_letter(
+                self,
+                request,
+                error,
+                outcome=Outcome.TOO_MANY_DELIVERIES,
+                first_failed=first_failed_at(request, now),
+                now=now,
+            )
             self._forget_deliveries(store, request.id)
-            raise exc
+            raise error
         try:
             return self._run_attempt(request, args, kwargs)
         finally:
@@ -114,12 +120,21 @@ class OutboxTask(Task):  # type: ignore[misc]
         try:
             store.forget_deliveries(task_id)
         except StoreError:  # a stale count only makes a later redelivery look older
-            logger.warning("celery-outbox: could not clear the delivery count of %s", task_id,
-                           exc_info=True)
+            logger.warning(
+                "celery-outbox: could not clear the delivery count of %s", task_id, exc_info=True
+            )
 
-    def retry(self, args: Any = None, kwargs: Any = None, exc: BaseException | None = None,
-              throw: bool = True, eta: datetime | None = None, countdown: float | None = None,
-              max_retries: int | None = None, **options: Any) -> Retry:
+    def retry(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        exc: Exception | None = None,
+        throw: bool = True,
+        eta: datetime | None = None,
+        countdown: float | None = None,
+        max_retries: int | None = None,
+        **options: Any,
+    ) -> Retry:
         """Retry the running task on its backoff window (or ``countdown``/``eta``).
 
         Celery's signature; ``args``/``kwargs``/``options`` overrides are not supported
@@ -128,17 +143,22 @@ class OutboxTask(Task):  # type: ignore[misc]
         """
         request = self.request
         if request.called_directly or request.is_eager:
-            return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries,
-                                 **options)
+            return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
         if eta is not None:
             countdown = (eta - utcnow()).total_seconds()
-        failure = self._after_failure(exc or RetriesExhausted(), explicit=True,
-                                      countdown=countdown, max_retries=max_retries)
+        failure = self._after_failure(
+            exc or RetriesExhausted(), explicit=True, countdown=countdown, max_retries=max_retries
+        )
         raise failure
 
-    def _after_failure(self, exc: BaseException, *, explicit: bool,
-                       countdown: float | None = None, max_retries: int | None = None
-                       ) -> BaseException:
+    def _after_failure(
+        self,
+        exc: Exception,
+        *,
+        explicit: bool,
+        countdown: float | None = None,
+        max_retries: int | None = None,
+    ) -> Exception:
         """Schedule a retry (returning ``Retry``) or write a dead letter (returning ``exc``)."""
         request, now = self.request, utcnow()
         setattr(request, _HANDLED, True)
@@ -146,16 +166,24 @@ class OutboxTask(Task):  # type: ignore[misc]
         if max_retries is not None:
             options = replace(options, max_retries=max_retries)
         first = first_failed_at(request, now)
-        decision = decide(exc, options, retries=request.retries, first_failed_at=first,
-                          now=now, rng=self.rng, countdown=countdown, explicit=explicit)
+        decision = decide(
+            exc,
+            options,
+            retries=request.retries,
+            first_failed_at=first,
+            now=now,
+            rng=self.rng,
+            countdown=countdown,
+            explicit=explicit,
+        )
         if decision.outcome is Outcome.RETRY and decision.delay is not None:
-            return schedule_retry(self, request, exc, delay=decision.delay,
-                                  first_failed=first, now=now)
-        write_dead_letter(self, request, exc, outcome=decision.outcome,
-                          first_failed=first, now=now)
+            return schedule_retry(
+                self, request, exc, delay=decision.delay, first_failed=first, now=now
+            )
+        write_dead_letter(self, request, exc, outcome=decision.outcome, first_failed=first, now=now)
         return exc
 
-    def apply_async(  # type: ignore[override]
+    def apply_async(
         self,
         args: Sequence[Any] | None = None,
         kwargs: Mapping[str, Any] | None = None,
@@ -167,7 +195,7 @@ class OutboxTask(Task):  # type: ignore[misc]
         *,
         using: str | None = None,
         **options: Any,
-    ) -> AsyncResult:
+    ) -> AsyncResult[Any]:
         """Write the task's outbox row in the current transaction; publish on commit.
 
         Accepts Celery's ``apply_async`` options (``countdown``, ``eta``, ``expires``,
@@ -182,42 +210,66 @@ class OutboxTask(Task):  # type: ignore[misc]
         NoStoreConfigured
             When no outbox store is installed.
         """
-        app = self._get_app()
+        app = self.app
         config = OutboxConfig.from_celery(app)
         task_id = task_id or uuid()
         options = dict(options, link=link, link_error=link_error, shadow=shadow)
         if app.conf.task_always_eager:
             return self._apply_on_commit(args, kwargs, task_id, options, using, config)
         now = utcnow()
-        message = build_message(self, args, kwargs, task_id=task_id, options=options, now=now,
-                                park_after=config.park_after, max_bytes=config.max_payload_bytes)
+        message = build_message(
+            self,
+            args,
+            kwargs,
+            task_id=task_id,
+            options=options,
+            now=now,
+            park_after=config.park_after,
+            max_bytes=config.max_payload_bytes,
+        )
         store = store_for(app)
         row_id = store.add(message, using=using)
         if row_id is not None and message.available_at <= now:
-            store.defer_publish(row_id, partial(relay_for(app).publish_ids, using=using),
-                                using=using)
+            store.defer_publish(
+                row_id, partial(relay_for(app).publish_ids, using=using), using=using
+            )
         return self.AsyncResult(message.task_id)
 
-    def delay_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult:
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult[Any]:
         """Same as :meth:`delay`: an outbox task is always published on commit, durably."""
         return self.apply_async(args, kwargs)
 
-    def apply_async_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult:
+    def apply_async_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult[Any]:
         """Same as :meth:`apply_async`, durable (Celery's ``DjangoTask`` API)."""
         return self.apply_async(*args, **kwargs)
 
-    def _apply_on_commit(self, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
-                         task_id: str, options: dict[str, Any], using: str | None,
-                         config: OutboxConfig) -> AsyncResult:
+    def _apply_on_commit(
+        self,
+        args: Sequence[Any] | None,
+        kwargs: Mapping[str, Any] | None,
+        task_id: str,
+        options: dict[str, Any],
+        using: str | None,
+        config: OutboxConfig,
+    ) -> AsyncResult[Any]:
         # Eager mode (user test suites): validate the arguments now, run on commit.
-        serialise_body(self.name, (list(args or ()), dict(kwargs or {}), {}),
-                       serializer=options.get("serializer") or self.serializer
-                       or self._get_app().conf.task_serializer,
-                       compression=None, max_bytes=config.max_payload_bytes)
-        outcome: list[AsyncResult] = []
+        serialise_body(
+            self.name,
+            (list(args or ()), dict(kwargs or {}), {}),
+            serializer=options.get("serializer")
+            or self.serializer
+            or self.app.conf.task_serializer,
+            compression=None,
+            max_bytes=config.max_payload_bytes,
+        )
+        outcome: list[AsyncResult[Any]] = []
 
         def run() -> None:
-            outcome.append(Task.apply_async(self, args, kwargs, task_id=task_id, **options))
+            outcome.append(
+                Task.apply_async(
+                    self, tuple(args or ()), dict(kwargs or {}), task_id=task_id, **options
+                )
+            )
 
-        store_for(self._get_app()).on_commit(run, using=using)
+        store_for(self.app).on_commit(run, using=using)
         return outcome[0] if outcome else self.AsyncResult(task_id)

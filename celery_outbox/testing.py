@@ -34,7 +34,7 @@ class _Frame:
 
     rows: dict[int, StoredMessage]
     letters: dict[int, StoredDeadLetter]
-    callbacks: list[Callable[[], None]] = field(default_factory=list)
+    callbacks: list[Callable[[], object]] = field(default_factory=list)
     batch: list[int] | None = None
 
 
@@ -84,8 +84,9 @@ class InMemoryOutboxStore(OutboxStore):
         else:
             callback()
 
-    def defer_publish(self, message_id: int, publish: PublishCallback, *,
-                      using: str | None = None) -> None:
+    def defer_publish(
+        self, message_id: int, publish: PublishCallback, *, using: str | None = None
+    ) -> None:
         if not self._stack:
             publish([message_id])
             return
@@ -101,66 +102,113 @@ class InMemoryOutboxStore(OutboxStore):
     # -- dispatch ---------------------------------------------------------------------
     def add(self, message: NewMessage, *, using: str | None = None) -> int | None:
         with self._lock:
-            if any(r.task_id == message.task_id and r.status is MessageStatus.PENDING
-                   for r in self.rows.values()):
+            if any(
+                r.task_id == message.task_id and r.status is MessageStatus.PENDING
+                for r in self.rows.values()
+            ):
                 return None
             row_id = next(self._ids)
             self.rows[row_id] = StoredMessage(
                 **{f: getattr(message, f) for f in _NEW_MESSAGE_FIELDS},
-                id=row_id, created_at=self.clock())
+                id=row_id,
+                created_at=self.clock(),
+            )
             return row_id
 
     # -- publishing and sweeping ----------------------------------------------------------
-    def claim(self, ids: Iterable[int], *, now: datetime, lease_until: datetime,
-              using: str | None = None) -> Claim:
+    def claim(
+        self, ids: Iterable[int], *, now: datetime, lease_until: datetime, using: str | None = None
+    ) -> Claim:
         wanted = set(ids)
-        return self._claim(lambda r: r.id in wanted, now=now, limit=None,
-                           lease_until=lease_until)
+        return self._claim(lambda r: r.id in wanted, now=now, limit=None, lease_until=lease_until)
 
-    def claim_due(self, *, now: datetime, created_before: datetime, limit: int,
-                  lease_until: datetime, using: str | None = None) -> Claim:
-        return self._claim(lambda r: r.created_at is not None and r.created_at <= created_before,
-                           now=now, limit=limit, lease_until=lease_until)
+    def claim_due(
+        self,
+        *,
+        now: datetime,
+        created_before: datetime,
+        limit: int,
+        lease_until: datetime,
+        using: str | None = None,
+    ) -> Claim:
+        return self._claim(
+            lambda r: r.created_at is not None and r.created_at <= created_before,
+            now=now,
+            limit=limit,
+            lease_until=lease_until,
+        )
 
-    def _claim(self, keep: Callable[[StoredMessage], bool], *, now: datetime,
-               limit: int | None, lease_until: datetime) -> Claim:
+    def _claim(
+        self,
+        keep: Callable[[StoredMessage], bool],
+        *,
+        now: datetime,
+        limit: int | None,
+        lease_until: datetime,
+    ) -> Claim:
         with self._lock:
-            due = sorted((r for r in self.rows.values() if _claimable(r, now) and keep(r)),
-                         key=lambda r: (r.available_at, r.id))[:limit]
+            due = sorted(
+                (r for r in self.rows.values() if _claimable(r, now) and keep(r)),
+                key=lambda r: (r.available_at, r.id),
+            )[:limit]
             claimed = tuple(replace(r, locked_until=lease_until) for r in due)
             self.rows.update((r.id, r) for r in claimed)
             return Claim(messages=claimed, lease_until=lease_until)
 
-    def mark_published(self, claim: Claim, ids: Sequence[int], *, now: datetime, keep: bool,
-                       using: str | None = None) -> int:
+    def mark_published(
+        self,
+        claim: Claim,
+        ids: Sequence[int],
+        *,
+        now: datetime,
+        keep: bool,
+        using: str | None = None,
+    ) -> int:
         with self._lock:
             held = self._held(claim, ids)
             for row in held:
                 if keep:
-                    self.rows[row.id] = replace(row, status=MessageStatus.PUBLISHED,
-                                                published_at=now, locked_until=None)
+                    self.rows[row.id] = replace(
+                        row, status=MessageStatus.PUBLISHED, published_at=now, locked_until=None
+                    )
                 else:
                     del self.rows[row.id]
             return len(held)
 
-    def record_failure(self, claim: Claim, ids: Sequence[int], *, error: str,
-                       retry_at: datetime | None, max_attempts: int,
-                       using: str | None = None) -> int:
+    def record_failure(
+        self,
+        claim: Claim,
+        ids: Sequence[int],
+        *,
+        error: str,
+        retry_at: datetime | None,
+        max_attempts: int,
+        using: str | None = None,
+    ) -> int:
         with self._lock:
             held = self._held(claim, ids)
             for row in held:
                 attempts = row.attempts + 1
                 failed = retry_at is None or attempts >= max_attempts
                 self.rows[row.id] = replace(
-                    row, attempts=attempts, last_error=error, locked_until=None,
+                    row,
+                    attempts=attempts,
+                    last_error=error,
+                    locked_until=None,
                     status=MessageStatus.FAILED if failed else MessageStatus.PENDING,
-                    available_at=row.available_at if failed or retry_at is None else retry_at)
+                    available_at=row.available_at if failed or retry_at is None else retry_at,
+                )
             return len(held)
 
     def _held(self, claim: Claim, ids: Iterable[int]) -> list[StoredMessage]:
         rows = (self.rows.get(i) for i in ids)
-        return [r for r in rows if r is not None and r.locked_until == claim.lease_until
-                and r.status is MessageStatus.PENDING]
+        return [
+            r
+            for r in rows
+            if r is not None
+            and r.locked_until == claim.lease_until
+            and r.status is MessageStatus.PENDING
+        ]
 
     def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:
         changed = 0
@@ -169,14 +217,21 @@ class InMemoryOutboxStore(OutboxStore):
                 if row.status is MessageStatus.PUBLISHED or self._other_pending(row):
                     continue
                 attempts = 0 if row.status is MessageStatus.FAILED else row.attempts
-                self.rows[row.id] = replace(row, status=MessageStatus.PENDING, available_at=now,
-                                            locked_until=None, attempts=attempts)
+                self.rows[row.id] = replace(
+                    row,
+                    status=MessageStatus.PENDING,
+                    available_at=now,
+                    locked_until=None,
+                    attempts=attempts,
+                )
                 changed += 1
         return changed
 
     def _other_pending(self, row: StoredMessage) -> bool:
-        return any(r.task_id == row.task_id and r.id != row.id
-                   and r.status is MessageStatus.PENDING for r in self.rows.values())
+        return any(
+            r.task_id == row.task_id and r.id != row.id and r.status is MessageStatus.PENDING
+            for r in self.rows.values()
+        )
 
     def count_by_status(self, *, using: str | None = None) -> Mapping[MessageStatus, int]:
         with self._lock:
@@ -184,15 +239,30 @@ class InMemoryOutboxStore(OutboxStore):
 
     def oldest_pending(self, *, using: str | None = None) -> datetime | None:
         with self._lock:
-            return min((r.created_at for r in self.rows.values()
-                        if r.status is MessageStatus.PENDING and r.created_at), default=None)
+            return min(
+                (
+                    r.created_at
+                    for r in self.rows.values()
+                    if r.status is MessageStatus.PENDING and r.created_at
+                ),
+                default=None,
+            )
 
-    def purge(self, *, statuses: Iterable[MessageStatus], older_than: datetime, limit: int,
-              using: str | None = None) -> int:
+    def purge(
+        self,
+        *,
+        statuses: Iterable[MessageStatus],
+        older_than: datetime,
+        limit: int,
+        using: str | None = None,
+    ) -> int:
         wanted = set(statuses)
         with self._lock:
-            doomed = [r.id for r in self.rows.values() if r.status in wanted
-                      and r.created_at is not None and r.created_at < older_than][:limit]
+            doomed = [
+                r.id
+                for r in self.rows.values()
+                if r.status in wanted and r.created_at is not None and r.created_at < older_than
+            ][:limit]
             for row_id in doomed:
                 del self.rows[row_id]
             return len(doomed)
@@ -212,15 +282,24 @@ class InMemoryOutboxStore(OutboxStore):
         with self._lock:
             letter_id = next(self._ids)
             self.letters[letter_id] = StoredDeadLetter(
-                **{f: getattr(letter, f) for f in _NEW_LETTER_FIELDS}, id=letter_id)
+                **{f: getattr(letter, f) for f in _NEW_LETTER_FIELDS}, id=letter_id
+            )
             return letter_id
 
-    def get_dead_letter(self, letter_id: int, *, using: str | None = None
-                        ) -> StoredDeadLetter | None:
+    def get_dead_letter(
+        self, letter_id: int, *, using: str | None = None
+    ) -> StoredDeadLetter | None:
         return self.letters.get(letter_id)
 
-    def requeue_dead_letter(self, letter_id: int, message: NewMessage, *, by: str,
-                            now: datetime, using: str | None = None) -> tuple[str, int | None]:
+    def requeue_dead_letter(
+        self,
+        letter_id: int,
+        message: NewMessage,
+        *,
+        by: str,
+        now: datetime,
+        using: str | None = None,
+    ) -> tuple[str, int | None]:
         with self._lock:
             letter = self.letters.get(letter_id)
             if letter is None:
@@ -229,8 +308,12 @@ class InMemoryOutboxStore(OutboxStore):
                 return letter.requeued_task_id, None
             row_id = self.add(message, using=using)
             self.letters[letter_id] = replace(
-                letter, status=DeadLetterStatus.REQUEUED, requeued_at=now, requeued_by=by,
-                requeued_task_id=message.task_id)
+                letter,
+                status=DeadLetterStatus.REQUEUED,
+                requeued_at=now,
+                requeued_by=by,
+                requeued_task_id=message.task_id,
+            )
             return message.task_id, row_id
 
     def discard_dead_letter(self, letter_id: int, *, using: str | None = None) -> bool:
@@ -247,5 +330,8 @@ _NEW_LETTER_FIELDS = tuple(NewDeadLetter.__dataclass_fields__)
 
 
 def _claimable(row: StoredMessage, now: datetime) -> bool:
-    return (row.status is MessageStatus.PENDING and row.available_at <= now
-            and (row.locked_until is None or row.locked_until <= now))
+    return (
+        row.status is MessageStatus.PENDING
+        and row.available_at <= now
+        and (row.locked_until is None or row.locked_until <= now)
+    )

@@ -27,10 +27,19 @@ def app() -> Celery:
     return app
 
 
-def build(task: OutboxTask, *args: object, max_bytes: int | None = None, **options: object
-          ) -> object:
-    return build_message(task, args, {}, task_id="tid", options=options, now=NOW,
-                         park_after=timedelta(seconds=30), max_bytes=max_bytes)
+def build(
+    task: OutboxTask, *args: object, max_bytes: int | None = None, **options: object
+) -> object:
+    return build_message(
+        task,
+        args,
+        {},
+        task_id="tid",
+        options=options,
+        now=NOW,
+        park_after=timedelta(seconds=30),
+        max_bytes=max_bytes,
+    )
 
 
 def test_typed_values_round_trip(app: Celery) -> None:

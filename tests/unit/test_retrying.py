@@ -46,8 +46,14 @@ def test_retry_waits_lie_in_the_window(retries: int) -> None:
     opts = options(retry_backoff=2.0)
     low, high = opts.policy.window(retries)
     for seed in range(50):
-        decision = decide(ValueError(), opts, retries=retries, first_failed_at=NOW, now=NOW,
-                          rng=random.Random(seed))
+        decision = decide(
+            ValueError(),
+            opts,
+            retries=retries,
+            first_failed_at=NOW,
+            now=NOW,
+            rng=random.Random(seed),
+        )
         assert decision.outcome is Outcome.RETRY
         assert decision.delay is not None
         assert low <= decision.delay <= high
@@ -56,55 +62,87 @@ def test_retry_waits_lie_in_the_window(retries: int) -> None:
 def test_exhausted_after_max_retries() -> None:
     opts = options(max_retries=2)
     rng = random.Random(1)
-    assert decide(ValueError(), opts, retries=1, first_failed_at=NOW, now=NOW,
-                  rng=rng).outcome is Outcome.RETRY
-    assert decide(ValueError(), opts, retries=2, first_failed_at=NOW, now=NOW,
-                  rng=rng).outcome is Outcome.EXHAUSTED
+    assert (
+        decide(ValueError(), opts, retries=1, first_failed_at=NOW, now=NOW, rng=rng).outcome
+        is Outcome.RETRY
+    )
+    assert (
+        decide(ValueError(), opts, retries=2, first_failed_at=NOW, now=NOW, rng=rng).outcome
+        is Outcome.EXHAUSTED
+    )
 
 
 def test_dont_autoretry_for_goes_straight_to_dead_letters() -> None:
     opts = options(autoretry_for=(Exception,), dont_autoretry_for=(Permanent,))
-    decision = decide(Permanent(), opts, retries=0, first_failed_at=NOW, now=NOW,
-                      rng=random.Random())
+    decision = decide(
+        Permanent(), opts, retries=0, first_failed_at=NOW, now=NOW, rng=random.Random()
+    )
     assert decision.outcome is Outcome.NOT_RETRYABLE
 
 
 def test_error_outside_autoretry_for_is_not_retried_unless_explicit() -> None:
     opts = options(autoretry_for=(KeyError,))
     rng = random.Random()
-    assert decide(ValueError(), opts, retries=0, first_failed_at=NOW, now=NOW,
-                  rng=rng).outcome is Outcome.NOT_RETRYABLE
-    assert decide(ValueError(), opts, retries=0, first_failed_at=NOW, now=NOW, rng=rng,
-                  explicit=True).outcome is Outcome.RETRY
-    assert decide(OutboxRetry(), opts, retries=0, first_failed_at=NOW, now=NOW,
-                  rng=rng).outcome is Outcome.RETRY
+    assert (
+        decide(ValueError(), opts, retries=0, first_failed_at=NOW, now=NOW, rng=rng).outcome
+        is Outcome.NOT_RETRYABLE
+    )
+    assert (
+        decide(
+            ValueError(), opts, retries=0, first_failed_at=NOW, now=NOW, rng=rng, explicit=True
+        ).outcome
+        is Outcome.RETRY
+    )
+    assert (
+        decide(OutboxRetry(), opts, retries=0, first_failed_at=NOW, now=NOW, rng=rng).outcome
+        is Outcome.RETRY
+    )
 
 
 def test_deadline_ends_retries_on_time() -> None:
     opts = options(retry_max_elapsed=10, retry_backoff=8.0)
     rng = random.Random(3)
-    late = decide(ValueError(), opts, retries=3, first_failed_at=NOW,
-                  now=NOW + timedelta(seconds=9), rng=rng)
+    late = decide(
+        ValueError(), opts, retries=3, first_failed_at=NOW, now=NOW + timedelta(seconds=9), rng=rng
+    )
     assert late.outcome is Outcome.RETRY
     assert late.delay == timedelta(seconds=1)  # clipped to the deadline
-    over = decide(ValueError(), opts, retries=3, first_failed_at=NOW,
-                  now=NOW + timedelta(seconds=10), rng=rng)
+    over = decide(
+        ValueError(), opts, retries=3, first_failed_at=NOW, now=NOW + timedelta(seconds=10), rng=rng
+    )
     assert over.outcome is Outcome.DEADLINE
 
 
 def test_explicit_delays_and_negative_countdown() -> None:
     opts = options()
     rng = random.Random()
-    assert decide(OutboxRetry(delay=timedelta(seconds=42)), opts, retries=0,
-                  first_failed_at=NOW, now=NOW, rng=rng).delay == timedelta(seconds=42)
-    assert decide(ValueError(), opts, retries=0, first_failed_at=NOW, now=NOW, rng=rng,
-                  countdown=-5, explicit=True).delay == timedelta(0)
+    assert decide(
+        OutboxRetry(delay=timedelta(seconds=42)),
+        opts,
+        retries=0,
+        first_failed_at=NOW,
+        now=NOW,
+        rng=rng,
+    ).delay == timedelta(seconds=42)
+    assert decide(
+        ValueError(),
+        opts,
+        retries=0,
+        first_failed_at=NOW,
+        now=NOW,
+        rng=rng,
+        countdown=-5,
+        explicit=True,
+    ).delay == timedelta(0)
 
 
 @pytest.mark.parametrize(
     ("attrs", "name"),
-    [({"retry_backoff": "1"}, "retry_backoff"), ({"retry_backoff_max": 0}, "retry_backoff_max"),
-     ({"autoretry_for": (ValueError, "x")}, "autoretry_for")],
+    [
+        ({"retry_backoff": "1"}, "retry_backoff"),
+        ({"retry_backoff_max": 0}, "retry_backoff_max"),
+        ({"autoretry_for": (ValueError, "x")}, "autoretry_for"),
+    ],
 )
 def test_bad_task_options_are_named(attrs: dict[str, object], name: str) -> None:
     with pytest.raises(OutboxConfigError, match=f"t.x.{name}"):
