@@ -22,7 +22,7 @@ from celery_outbox.records import (
 )
 
 #: Called after commit with the ids of every row one transaction wrote.
-PublishCallback = Callable[[Sequence[int]], None]
+PublishCallback = Callable[[Sequence[int]], object]
 
 
 class OutboxStore(abc.ABC):
@@ -67,7 +67,11 @@ class OutboxStore(abc.ABC):
     # -- publishing and sweeping ------------------------------------------------
     @abc.abstractmethod
     def claim(
-        self, ids: Iterable[int], *, now: datetime, lease_until: datetime,
+        self,
+        ids: Iterable[int],
+        *,
+        now: datetime,
+        lease_until: datetime,
         using: str | None = None,
     ) -> Claim:
         """Lease those of ``ids`` that are pending, due and not leased by anyone else.
@@ -77,8 +81,13 @@ class OutboxStore(abc.ABC):
 
     @abc.abstractmethod
     def claim_due(
-        self, *, now: datetime, created_before: datetime, limit: int,
-        lease_until: datetime, using: str | None = None,
+        self,
+        *,
+        now: datetime,
+        created_before: datetime,
+        limit: int,
+        lease_until: datetime,
+        using: str | None = None,
     ) -> Claim:
         """Lease up to ``limit`` pending rows due at ``now`` and created before
         ``created_before`` (younger rows belong to their on-commit publisher).
@@ -88,7 +97,12 @@ class OutboxStore(abc.ABC):
 
     @abc.abstractmethod
     def mark_published(
-        self, claim: Claim, ids: Sequence[int], *, now: datetime, keep: bool,
+        self,
+        claim: Claim,
+        ids: Sequence[int],
+        *,
+        now: datetime,
+        keep: bool,
         using: str | None = None,
     ) -> int:
         """Delete (or, with ``keep``, mark ``published``) the claimed rows in ``ids``.
@@ -99,8 +113,14 @@ class OutboxStore(abc.ABC):
 
     @abc.abstractmethod
     def record_failure(
-        self, claim: Claim, ids: Sequence[int], *, error: str, retry_at: datetime | None,
-        max_attempts: int, using: str | None = None,
+        self,
+        claim: Claim,
+        ids: Sequence[int],
+        *,
+        error: str,
+        retry_at: datetime | None,
+        max_attempts: int,
+        using: str | None = None,
     ) -> int:
         """Count a failed publish attempt of claimed rows and release them.
 
@@ -111,15 +131,21 @@ class OutboxStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def reset(
-        self, ids: Iterable[int], *, now: datetime, using: str | None = None
-    ) -> int:
+    def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:
         """Make rows ``pending`` and due at ``now`` again, with no lease.
 
         ``failed`` rows start a fresh attempt budget; ``pending`` rows are simply due
         now (publish-now). Published rows and rows whose task id already has another
         pending row are left alone. Returns how many rows changed.
         """
+
+    def sweep_aliases(self) -> Sequence[str | None]:
+        """The database aliases a sweep covers, each passed as ``using``.
+
+        ``[None]`` (the store's default database) unless a store covers several: the
+        Django store returns ``DJANGO_OUTBOX_DATABASES``.
+        """
+        return [None]
 
     @abc.abstractmethod
     def count_by_status(self, *, using: str | None = None) -> Mapping[MessageStatus, int]:
@@ -131,10 +157,27 @@ class OutboxStore(abc.ABC):
 
     @abc.abstractmethod
     def purge(
-        self, *, statuses: Iterable[MessageStatus], older_than: datetime, limit: int,
+        self,
+        *,
+        statuses: Iterable[MessageStatus],
+        older_than: datetime,
+        limit: int,
         using: str | None = None,
     ) -> int:
         """Delete up to ``limit`` rows in ``statuses`` created before ``older_than``."""
+
+    # -- deliveries ---------------------------------------------------------------
+    def record_delivery(self, task_id: str, *, now: datetime, using: str | None = None) -> int:
+        """Count one more delivery of a *redelivered* task message; return the total.
+
+        First deliveries are never recorded (only redeliveries pay a write), so the
+        first call for a ``task_id`` returns 2. Committed before returning.
+        """
+        raise NotImplementedError  # abstract once every store implements it (WIP)
+
+    def forget_deliveries(self, task_id: str, *, using: str | None = None) -> None:
+        """Drop the delivery count of a task whose attempt finished."""
+        raise NotImplementedError  # abstract once every store implements it (WIP)
 
     # -- dead letters -----------------------------------------------------------
     @abc.abstractmethod
@@ -149,7 +192,12 @@ class OutboxStore(abc.ABC):
 
     @abc.abstractmethod
     def requeue_dead_letter(
-        self, letter_id: int, message: NewMessage, *, by: str, now: datetime,
+        self,
+        letter_id: int,
+        message: NewMessage,
+        *,
+        by: str,
+        now: datetime,
         using: str | None = None,
     ) -> tuple[str, int | None]:
         """Mark a ``dead`` letter ``requeued`` and add ``message`` in the same transaction.

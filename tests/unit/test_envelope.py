@@ -46,7 +46,7 @@ def test_typed_values_round_trip(app: Celery) -> None:
     task = app.task(base=OutboxTask, name="env.t")(noop)
     values = (NOW, decimal.Decimal("1.10"), uuid.UUID(int=7), {"nested": [1, "x"]})
     message = build(task, *values)
-    args, kwargs, _embed = decode_body(message.payload, message.options)  # type: ignore[attr-defined]
+    args, _kwargs, _embed = decode_body(message.payload, message.options)  # type: ignore[attr-defined]
     assert tuple(args) == values
     assert message.task_id == "tid"  # type: ignore[attr-defined]
     assert message.options["headers"]["task"] == "env.t"  # type: ignore[attr-defined]

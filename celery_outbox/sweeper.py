@@ -1,0 +1,184 @@
+"""The sweeper: publish the outbox rows that their on-commit publisher never published.
+
+A row stays ``pending`` when its process died after COMMIT, or when the broker was down
+at commit time. A sweep claims due rows batch after batch (``SKIP LOCKED`` where the
+database has it, each batch leased until ``now + outbox_claim_lease``), publishes each
+batch through the relay's one broker connection, and lets the relay mark or reschedule
+the batch in one statement. Claims make concurrent sweeps safe by construction: two
+sweepers never hold the same row, and one whose lease ran out cannot mark the rows
+another sweeper took over (fencing).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from celery import Celery
+
+from celery_outbox.clock import Clock, utcnow
+from celery_outbox.config import OutboxConfig
+from celery_outbox.exceptions import StoreError
+from celery_outbox.records import Claim, StoredMessage
+from celery_outbox.relay import Relay
+from celery_outbox.storage import OutboxStore
+
+logger = logging.getLogger(__name__)
+
+#: How long one sweep keeps claiming batches before it leaves the rest to the next one.
+SWEEP_BUDGET = timedelta(seconds=30)
+#: Longest pause of :meth:`Sweeper.run` after a store error (it doubles from ``poll``).
+MAX_ERROR_BACKOFF = timedelta(seconds=30)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepReport:
+    """What a sweep did.
+
+    ``published`` rows reached the broker; ``rescheduled`` rows failed to and wait for
+    their next attempt; ``failed`` rows gave up (too many attempts, unknown task or
+    undecodable payload). ``more`` is true when the time budget ran out with due rows
+    left (a sweep that finds the broker unreachable stops without it: the rows it
+    claimed are rescheduled, the others wait for the next sweep).
+    """
+
+    published: int = 0
+    failed: int = 0
+    rescheduled: int = 0
+    batches: int = 0
+    more: bool = False
+
+    def __add__(self, other: SweepReport) -> SweepReport:
+        return SweepReport(
+            published=self.published + other.published, failed=self.failed + other.failed,
+            rescheduled=self.rescheduled + other.rescheduled,
+            batches=self.batches + other.batches, more=self.more or other.more)
+
+    def as_dict(self) -> dict[str, int | bool]:
+        """The report as a JSON-ready mapping (the sweep task's result)."""
+        return {"published": self.published, "failed": self.failed,
+                "rescheduled": self.rescheduled, "batches": self.batches, "more": self.more}
+
+
+class Sweeper:
+    """Claims due outbox rows in batches and publishes them through a :class:`Relay`.
+
+    Parameters
+    ----------
+    app
+        The Celery app whose tasks the rows name.
+    store
+        Where the rows live.
+    relay
+        Publishes a claim through one broker connection per thread.
+    config
+        ``sweep_batch_size``, ``publish_grace``, ``claim_lease`` and
+        ``publish_max_attempts`` are used.
+    clock
+        The current aware UTC time.
+    budget
+        How long one :meth:`sweep` may keep claiming batches.
+    """
+
+    def __init__(self, *, app: Celery, store: OutboxStore, relay: Relay, config: OutboxConfig,
+                 clock: Clock = utcnow, budget: timedelta = SWEEP_BUDGET) -> None:
+        self.app, self.store, self.relay, self.config = app, store, relay, config
+        self.clock, self.budget = clock, budget
+
+    # -- one pass -------------------------------------------------------------------
+    def sweep(self, using: str | None = None) -> SweepReport:
+        """Publish the due rows of database ``using``, batch after batch.
+
+        Stops after a short batch (nothing more is due), when the time budget is spent,
+        or when a batch published nothing because the broker is unreachable.
+
+        Raises
+        ------
+        StoreError
+            When the store fails; rows already claimed stay leased until their lease ends.
+        """
+        deadline = self.clock() + self.budget
+        report = SweepReport()
+        while True:
+            claim = self._claim(using)
+            if not claim.messages:
+                return report
+            batch = self._publish(claim, using)
+            report += batch
+            if len(claim.messages) < self.config.sweep_batch_size or _broker_down(batch):
+                return report
+            if self.clock() >= deadline:
+                return report + SweepReport(more=True)
+
+    def sweep_all(self, aliases: Sequence[str | None] | None = None) -> SweepReport:
+        """:meth:`sweep` each of ``aliases`` (default: ``store.sweep_aliases()``)."""
+        report = SweepReport()
+        for alias in self.store.sweep_aliases() if aliases is None else aliases:
+            report += self.sweep(alias)
+        return report
+
+    def _claim(self, using: str | None) -> Claim:
+        now = self.clock()
+        return self.store.claim_due(
+            now=now, created_before=now - self.config.publish_grace,
+            limit=self.config.sweep_batch_size, lease_until=now + self.config.claim_lease,
+            using=using)
+
+    def _publish(self, claim: Claim, using: str | None) -> SweepReport:
+        outcome = self.relay.publish_claim(claim, using=using, validate=True)
+        rows = {m.id: m for m in claim.messages}
+        failed = sum(self._gave_up(rows[row_id], error)
+                     for row_id, error in outcome.failed.items())
+        return SweepReport(published=len(outcome.published), failed=failed,
+                           rescheduled=len(outcome.failed) - failed, batches=1)
+
+    def _gave_up(self, message: StoredMessage, error: str) -> bool:
+        # The relay fails a row at once when its task is unknown or its payload cannot
+        # be decoded; otherwise it reschedules it until ``publish_max_attempts``.
+        return (message.attempts + 1 >= self.config.publish_max_attempts
+                or message.task_name not in self.app.tasks
+                or error.startswith(_UNDECODABLE))
+
+    # -- the continuous relay loop ----------------------------------------------------
+    def run(self, stop: threading.Event, poll: float | timedelta, *,
+            aliases: Sequence[str | None] | None = None) -> None:
+        """Sweep ``aliases`` (default: every alias of the store) until ``stop`` is set.
+
+        ``poll`` (seconds, or a timedelta) is the pause between passes that found
+        nothing more to do; a pass that left due rows behind is followed at once by the next one. A
+        :class:`StoreError` is logged and the loop pauses (doubling from ``poll`` up to
+        :data:`MAX_ERROR_BACKOFF`) before it tries again. The relay's broker connection
+        is released when the loop ends.
+        """
+        idle = poll.total_seconds() if isinstance(poll, timedelta) else float(poll)
+        errors = 0
+        try:
+            while not stop.is_set():
+                pause, errors = self._run_once(idle, errors, aliases)
+                stop.wait(pause)
+        finally:
+            self.relay.close()
+
+    def _run_once(self, idle: float, errors: int,
+                  aliases: Sequence[str | None] | None) -> tuple[float, int]:
+        try:
+            report = self.sweep_all(aliases)
+        except StoreError:
+            logger.exception("celery-outbox: sweep failed; trying again")
+            pause = min(max(idle, 0.1) * 2**errors, MAX_ERROR_BACKOFF.total_seconds())
+            return pause, errors + 1
+        if report.published or report.failed or report.rescheduled:
+            logger.info("celery-outbox: swept %s", report.as_dict())
+        return (0.0 if report.more else idle), 0
+
+
+#: How the relay words a payload it cannot decode (a row failed for good).
+_UNDECODABLE = "payload cannot be decoded"
+
+
+def _broker_down(batch: SweepReport) -> bool:
+    """A batch that published nothing and rescheduled rows: the broker is unreachable."""
+    return batch.published == 0 and batch.rescheduled > 0
