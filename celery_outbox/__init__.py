@@ -15,6 +15,7 @@ from celery_outbox.exceptions import (
     OutboxRetry,
     PayloadError,
     RetriesExhausted,
+    ScheduleError,
     StoreError,
 )
 from celery_outbox.records import DeadLetterStatus, MessageStatus
@@ -38,6 +39,7 @@ __all__ = [
     "OutboxTask",
     "PayloadError",
     "RetriesExhausted",
+    "ScheduleError",
     "StoreError",
     "SweepReport",
     "Sweeper",

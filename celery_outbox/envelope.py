@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any, cast
 
 from celery import Celery, Task
@@ -22,6 +22,7 @@ from kombu.serialization import dumps, loads
 
 from celery_outbox.exceptions import PayloadError
 from celery_outbox.records import NewMessage
+from celery_outbox.schedule import as_datetime, check_schedule
 
 #: ``options["body_encoding"]`` of a payload stored as base64 (binary or compressed bodies).
 BODY_ENCODING_BASE64 = "base64"
@@ -124,6 +125,7 @@ def build_message(
     ``available_at`` at its ETA, so no broker or worker holds it while it waits.
     """
     app = task.app
+    check_schedule(options, now=now, tz=app.timezone)
     body, publish = capture_message(task, args, kwargs, task_id=task_id, options=options)
     serializer = publish.get("serializer") or app.conf.task_serializer
     payload, content = serialise_body(
@@ -139,7 +141,9 @@ def build_message(
         task_name=task.name,
         payload=payload,
         options=_stored_options(publish, headers, content),
-        available_at=_available_at(headers.get("eta"), now=now, park_after=park_after),
+        available_at=_available_at(
+            headers.get("eta"), now=now, park_after=park_after, tz=app.timezone
+        ),
     )
 
 
@@ -175,10 +179,10 @@ def _stored_options(
     }
 
 
-def _available_at(eta: str | None, *, now: datetime, park_after: timedelta) -> datetime:
+def _available_at(eta: str | None, *, now: datetime, park_after: timedelta, tz: tzinfo) -> datetime:
     if eta:
-        when = datetime.fromisoformat(eta)
-        if when.tzinfo is not None and when - now > park_after:
+        when = as_datetime("eta", eta, tz=tz)
+        if when - now > park_after:
             return when
     return now
 

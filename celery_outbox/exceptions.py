@@ -32,6 +32,10 @@ class PayloadError(OutboxError, TypeError):
     """A task's arguments cannot be serialised or are too large to dispatch."""
 
 
+class ScheduleError(OutboxError, ValueError):
+    """A countdown, eta or expires cannot be represented as a time to run the task."""
+
+
 class RetriesExhausted(OutboxError):
     """The task used up its retries (or its retry deadline) and became a dead letter."""
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from celery import Celery
 
-from celery_outbox import OutboxTask, PayloadError
+from celery_outbox import OutboxTask, PayloadError, ScheduleError
 from celery_outbox.envelope import build_message, decode_body, publish_body
 
 NOW = dt.datetime.now(dt.timezone.utc)
@@ -96,3 +96,32 @@ def test_binary_serializer_and_compression_are_base64(app: Celery) -> None:
     assert isinstance(publish_body(message.payload, options), bytes)  # type: ignore[attr-defined]
     args, _, _ = decode_body(message.payload, options)  # type: ignore[attr-defined]
     assert args == ({1, 2},) or list(args) == [{1, 2}]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("countdown", 10**12),
+        ("countdown", float("inf")),
+        ("countdown", "abc"),
+        ("countdown", True),
+        ("eta", "tomorrow"),
+        ("expires", 10**12),
+    ],
+)
+def test_unrepresentable_times_are_clear_errors(app: Celery, option: str, value: object) -> None:
+    task = app.task(base=OutboxTask, name="env.t")(noop)
+    with pytest.raises(ScheduleError, match=f"{option}={value!r} is not accepted"):
+        build(task, **{option: value})
+
+
+def test_naive_eta_is_read_in_app_timezone_and_parked(app: Celery) -> None:
+    task = app.task(base=OutboxTask, name="env.t")(noop)
+    naive = (NOW + timedelta(hours=2)).replace(tzinfo=None)  # app timezone is UTC
+    message = build(task, eta=naive)
+    assert message.available_at == naive.replace(tzinfo=dt.timezone.utc)  # type: ignore[attr-defined]
+
+
+def test_negative_countdown_means_now(app: Celery) -> None:
+    task = app.task(base=OutboxTask, name="env.t")(noop)
+    assert build(task, countdown=-5).available_at == NOW  # type: ignore[attr-defined]
