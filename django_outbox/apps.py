@@ -1,0 +1,29 @@
+"""The Django app: installs the ORM store, the signals and the system checks."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.core import checks as django_checks
+from django.utils.translation import gettext_lazy as _
+
+
+class DjangoOutboxConfig(AppConfig):
+    """``INSTALLED_APPS = [..., "django_outbox"]``."""
+
+    name = "django_outbox"
+    label = "django_outbox"
+    verbose_name = _("Celery outbox")
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        """Make the ORM store the default outbox store; connect signals; register checks."""
+        from celery_outbox.registry import set_default_store
+        from django_outbox import checks, signals
+        from django_outbox.store import DjangoOutboxStore
+
+        set_default_store(DjangoOutboxStore())
+        signals.connect()
+        for check in checks.CHECKS:
+            django_checks.register(check, "django_outbox")
+        django_checks.register(checks.check_skip_locked, "django_outbox",
+                               django_checks.Tags.database)

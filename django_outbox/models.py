@@ -1,0 +1,128 @@
+"""The outbox table and the dead letters, exactly as ``shared_schema.md`` gives them.
+
+Table, index and constraint names are shared with the SQLAlchemy store (a parity test
+compares both), so one database can be served by either store.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from celery_outbox.records import (
+    DEAD_LETTER_TABLE,
+    OUTBOX_TABLE,
+    DeadLetterStatus,
+    MessageStatus,
+)
+from django_outbox.managers import DeadLetterManager, OutboxMessageManager
+
+#: ``choices`` of ``OutboxMessage.status``.
+MESSAGE_STATUS_CHOICES = [
+    (MessageStatus.PENDING.value, _("pending")),
+    (MessageStatus.PUBLISHED.value, _("published")),
+    (MessageStatus.FAILED.value, _("failed")),
+]
+#: ``choices`` of ``DeadLetter.status``.
+DEAD_LETTER_STATUS_CHOICES = [
+    (DeadLetterStatus.DEAD.value, _("dead")),
+    (DeadLetterStatus.REQUEUED.value, _("requeued")),
+    (DeadLetterStatus.DISCARDED.value, _("discarded")),
+]
+
+
+class SharedNameIndex(models.Index):
+    """An index whose name comes from the shared schema and may exceed Django's 30 characters.
+
+    Django caps index names at 30 characters for Oracle before 12.2; every database this
+    library supports allows 63 or more, and the SQLAlchemy store uses the same names.
+    """
+
+    max_name_length = 63
+
+
+class OutboxMessage(models.Model):
+    """A task message written in the dispatching transaction, waiting to be published.
+
+    ``id`` is the row's own key, not the task id: a parked retry is a new row with the
+    same ``task_id``. At most one ``pending`` row per ``task_id`` (a partial unique index
+    where the database has them; checked in code on MySQL/MariaDB).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    task_id = models.CharField(_("task id"), max_length=255)
+    task_name = models.CharField(_("task name"), max_length=255)
+    payload = models.TextField(_("payload"))
+    options = models.JSONField(_("options"))
+    status = models.CharField(_("status"), max_length=16, choices=MESSAGE_STATUS_CHOICES,
+                              default=MessageStatus.PENDING.value)
+    available_at = models.DateTimeField(_("available at"))
+    attempts = models.IntegerField(_("publish attempts"), default=0)
+    last_error = models.TextField(_("last error"), default="", blank=True)
+    locked_until = models.DateTimeField(_("locked until"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    published_at = models.DateTimeField(_("published at"), null=True, blank=True)
+
+    objects = OutboxMessageManager()
+
+    class Meta:
+        db_table = OUTBOX_TABLE
+        verbose_name = _("outbox message")
+        verbose_name_plural = _("outbox messages")
+        indexes = [
+            models.Index(fields=["status", "available_at"], name="celery_outbox_due_idx"),
+            models.Index(fields=["task_id"], name="celery_outbox_task_id_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task_id"],
+                condition=models.Q(status=MessageStatus.PENDING.value),
+                name="celery_outbox_pending_task_uniq",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name}[{self.task_id}] ({self.status})"
+
+
+class DeadLetter(models.Model):
+    """A task that ended without a retry: inspect it, then requeue or discard it."""
+
+    id = models.BigAutoField(primary_key=True)
+    task_id = models.CharField(_("task id"), max_length=255)
+    task_name = models.CharField(_("task name"), max_length=255)
+    args = models.JSONField(_("args"))
+    kwargs = models.JSONField(_("kwargs"))
+    options = models.JSONField(_("options"))
+    exception_type = models.CharField(_("exception type"), max_length=255)
+    exception_message = models.TextField(_("exception message"))
+    traceback = models.TextField(_("traceback"))
+    retries = models.IntegerField(_("retries"))
+    first_failed_at = models.DateTimeField(_("first failed at"))
+    failed_at = models.DateTimeField(_("failed at"))
+    status = models.CharField(_("status"), max_length=16, choices=DEAD_LETTER_STATUS_CHOICES,
+                              default=DeadLetterStatus.DEAD.value)
+    requeued_at = models.DateTimeField(_("requeued at"), null=True, blank=True)
+    requeued_by = models.CharField(_("requeued by"), max_length=150, default="", blank=True)
+    requeued_task_id = models.CharField(_("requeued task id"), max_length=255, default="",
+                                        blank=True)
+
+    objects = DeadLetterManager()
+
+    class Meta:
+        db_table = DEAD_LETTER_TABLE
+        verbose_name = _("dead letter")
+        verbose_name_plural = _("dead letters")
+        indexes = [
+            models.Index(fields=["task_id"], name="celery_outbox_dl_task_id_idx"),
+            SharedNameIndex(fields=["status", "failed_at"],
+                            name="celery_outbox_dl_status_failed_idx"),
+        ]
+        permissions = [
+            ("requeue_deadletter", _("Can requeue dead letters")),
+            ("discard_deadletter", _("Can discard dead letters")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name}[{self.task_id}] {self.exception_type} ({self.status})"

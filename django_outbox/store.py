@@ -1,0 +1,243 @@
+"""``DjangoOutboxStore``: the outbox through Django's ORM and its transactions.
+
+Every method takes ``using``, a database alias (``None`` means ``"default"``). Rows are
+written in whatever ``transaction.atomic(using=...)`` block the caller is in; database
+errors leave as :class:`~celery_outbox.exceptions.StoreError` with the cause chained.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
+
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
+from django.db.models import Case, F, Value, When
+
+from celery_outbox.exceptions import StoreError
+from celery_outbox.records import (
+    Claim,
+    DeadLetterStatus,
+    MessageStatus,
+    NewDeadLetter,
+    NewMessage,
+    StoredDeadLetter,
+)
+from celery_outbox.storage import OutboxStore, PublishCallback
+from django_outbox import batches, conversions
+from django_outbox.inserts import insert_message
+from django_outbox.managers import OutboxMessageQuerySet, locking
+from django_outbox.models import DeadLetter, OutboxMessage
+from django_outbox.settings import settings
+
+_PENDING, _FAILED = MessageStatus.PENDING.value, MessageStatus.FAILED.value
+
+
+def _alias(using: str | None) -> str:
+    return using or DEFAULT_DB_ALIAS
+
+
+def _messages(alias: str) -> OutboxMessageQuerySet:
+    return OutboxMessage.objects.using(alias).all()
+
+
+@contextlib.contextmanager
+def _store_errors(action: str) -> Iterator[None]:
+    """Raise a database error as ``StoreError`` (never swallowed: the caller's
+    transaction still rolls back)."""
+    try:
+        yield
+    except DatabaseError as exc:
+        raise StoreError(f"celery-outbox could not {action}: {exc}") from exc
+
+
+def _refresh_connection(alias: str) -> None:
+    """``close_old_connections()`` for one alias, for batch work outside a request.
+
+    Never inside an atomic block: Django would close the connection in the middle of it.
+    """
+    connection = connections[alias]
+    if not connection.in_atomic_block:
+        connection.close_if_unusable_or_obsolete()
+
+
+class DjangoOutboxStore(OutboxStore):
+    """The ORM store ``django_outbox`` installs as the default store in ``ready()``."""
+
+    # -- dispatch -----------------------------------------------------------------------
+    def add(self, message: NewMessage, *, using: str | None = None) -> int | None:
+        """Insert a pending row in the caller's transaction (see :mod:`~django_outbox.inserts`)."""
+        with _store_errors("write an outbox row"):
+            return insert_message(message, using=_alias(using))
+
+    def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
+        """``transaction.on_commit``: savepoint-aware; at once outside an atomic block."""
+        transaction.on_commit(callback, using=_alias(using))
+
+    def defer_publish(self, message_id: int, publish: PublishCallback, *,
+                      using: str | None = None) -> None:
+        """Publish every row a transaction deferred in one callback (:mod:`~.batches`)."""
+        batches.defer(message_id, publish, using=_alias(using))
+
+    # -- publishing and sweeping ----------------------------------------------------------
+    def claim(self, ids: Iterable[int], *, now: datetime, lease_until: datetime,
+              using: str | None = None) -> Claim:
+        """Lease those of ``ids`` that are pending, due and unleased: two statements."""
+        alias, ids = _alias(using), list(ids)
+        if not ids:
+            return Claim(messages=(), lease_until=lease_until)
+        return self._lease(_messages(alias).with_ids(ids).due(now), None,
+                           lease_until=lease_until, alias=alias)
+
+    def claim_due(self, *, now: datetime, created_before: datetime, limit: int,
+                  lease_until: datetime, using: str | None = None) -> Claim:
+        """Lease up to ``limit`` due rows, skipping rows other sweepers locked."""
+        alias = _alias(using)
+        _refresh_connection(alias)
+        return self._lease(_messages(alias).due(now, created_before), limit,
+                           lease_until=lease_until, alias=alias)
+
+    def _lease(self, rows: OutboxMessageQuerySet, limit: int | None, *,
+               lease_until: datetime, alias: str) -> Claim:
+        with _store_errors("claim outbox rows"), transaction.atomic(using=alias):
+            locked = locking(rows, skip_locked=True)
+            claimed = list(locked[:limit] if limit is not None else locked)
+            if claimed:
+                _messages(alias).with_ids(row.id for row in claimed).update(
+                    locked_until=lease_until)
+        return Claim(messages=tuple(conversions.stored_message(row, locked_until=lease_until)
+                                    for row in claimed), lease_until=lease_until)
+
+    def mark_published(self, claim: Claim, ids: Sequence[int], *, now: datetime, keep: bool,
+                       using: str | None = None) -> int:
+        """Delete (or mark ``published``) the still-leased rows of ``ids``: one statement."""
+        alias = _alias(using)
+        if not ids:
+            return 0
+        rows = _messages(alias).leased_by(ids, claim.lease_until)
+        with _store_errors("mark outbox rows published"):
+            if keep:
+                return rows.update(status=MessageStatus.PUBLISHED.value, published_at=now,
+                                   locked_until=None)
+            # Not .delete(): with any delete signal receiver Django would SELECT first.
+            return int(rows._raw_delete(alias))
+
+    def record_failure(self, claim: Claim, ids: Sequence[int], *, error: str,
+                       retry_at: datetime | None, max_attempts: int,
+                       using: str | None = None) -> int:
+        """Count a failed publish and release the rows: one ``UPDATE``."""
+        alias = _alias(using)
+        if not ids:
+            return 0
+        rows = _messages(alias).leased_by(ids, claim.lease_until)
+        with _store_errors("record a failed publish"):
+            if retry_at is None:
+                return rows.update(status=_FAILED, attempts=F("attempts") + 1,
+                                   last_error=error, locked_until=None)
+            # ``status`` comes first: MySQL evaluates SET left to right, so it must
+            # still see the old ``attempts``.
+            gave_up = When(attempts__gte=max_attempts - 1, then=Value(_FAILED))
+            return rows.update(status=Case(gave_up, default=Value(_PENDING)),
+                               attempts=F("attempts") + 1, last_error=error,
+                               available_at=retry_at, locked_until=None)
+
+    def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:
+        """Make rows pending and due now; a failed row gets a fresh attempt budget."""
+        alias, ids = _alias(using), list(ids)
+        if not ids:
+            return 0
+        with _store_errors("reset outbox rows"), transaction.atomic(using=alias):
+            chosen = _resettable_ids(alias, ids)
+            if not chosen:
+                return 0
+            # ``attempts`` first: it reads the old ``status`` (MySQL evaluates SET in order).
+            fresh = When(status=_FAILED, then=Value(0))
+            return _messages(alias).with_ids(chosen).update(
+                attempts=Case(fresh, default=F("attempts")), status=_PENDING,
+                available_at=now, locked_until=None)
+
+    def sweep_aliases(self) -> Sequence[str | None]:
+        """``DJANGO_OUTBOX_DATABASES``: the aliases the sweep task covers."""
+        return list(settings.DATABASES)
+
+    def count_by_status(self, *, using: str | None = None) -> Mapping[MessageStatus, int]:
+        """Rows per status, every status present."""
+        alias = _alias(using)
+        _refresh_connection(alias)
+        with _store_errors("count outbox rows"):
+            counts = _messages(alias).counts_by_status()
+        return {status: counts.get(status.value, 0) for status in MessageStatus}
+
+    def oldest_pending(self, *, using: str | None = None) -> datetime | None:
+        """``created_at`` of the oldest pending row."""
+        alias = _alias(using)
+        _refresh_connection(alias)
+        with _store_errors("read the oldest pending row"):
+            return _messages(alias).oldest_pending_created_at()
+
+    def purge(self, *, statuses: Iterable[MessageStatus], older_than: datetime, limit: int,
+              using: str | None = None) -> int:
+        """Delete up to ``limit`` old rows in ``statuses``: two statements."""
+        alias, values = _alias(using), [MessageStatus(s).value for s in statuses]
+        _refresh_connection(alias)
+        with _store_errors("purge outbox rows"):
+            # MySQL cannot DELETE ... WHERE id IN (SELECT ... LIMIT n): read the ids first.
+            ids = list(_messages(alias).purgeable(values, older_than)
+                       .values_list("id", flat=True)[:limit])
+            if not ids:
+                return 0
+            return int(_messages(alias).with_ids(ids).filter(status__in=values)
+                       ._raw_delete(alias))
+
+    # -- dead letters -------------------------------------------------------------------
+    def add_dead_letter(self, letter: NewDeadLetter, *, using: str | None = None) -> int:
+        """Write a dead letter in the caller's transaction (at once outside one)."""
+        row = conversions.new_dead_letter(letter)
+        with _store_errors("write a dead letter"):
+            row.save(using=_alias(using), force_insert=True)
+        return int(row.pk)
+
+    def get_dead_letter(self, letter_id: int, *,
+                        using: str | None = None) -> StoredDeadLetter | None:
+        """The dead letter with that id, or ``None``."""
+        with _store_errors("read a dead letter"):
+            row = DeadLetter.objects.using(_alias(using)).filter(pk=letter_id).first()
+        return None if row is None else conversions.stored_dead_letter(row)
+
+    def requeue_dead_letter(self, letter_id: int, message: NewMessage, *, by: str,
+                            now: datetime, using: str | None = None) -> tuple[str, int | None]:
+        """Add ``message`` and mark the letter ``requeued``, in one transaction."""
+        alias = _alias(using)
+        with _store_errors("requeue a dead letter"), transaction.atomic(using=alias):
+            letter = locking(DeadLetter.objects.using(alias).filter(pk=letter_id),
+                             skip_locked=False).first()
+            if letter is None:
+                raise LookupError(f"No dead letter with id {letter_id!r} in {alias!r}.")
+            if letter.status != DeadLetterStatus.DEAD.value:
+                return letter.requeued_task_id, None
+            row_id = insert_message(message, using=alias)
+            DeadLetter.objects.using(alias).filter(pk=letter_id).update(
+                status=DeadLetterStatus.REQUEUED.value, requeued_at=now, requeued_by=by,
+                requeued_task_id=message.task_id)
+        return message.task_id, row_id
+
+    def discard_dead_letter(self, letter_id: int, *, using: str | None = None) -> bool:
+        """Mark a ``dead`` letter ``discarded``: one ``UPDATE``."""
+        with _store_errors("discard a dead letter"):
+            changed = DeadLetter.objects.using(_alias(using)).dead().filter(
+                pk=letter_id).update(status=DeadLetterStatus.DISCARDED.value)
+        return bool(changed)
+
+
+def _resettable_ids(alias: str, ids: list[int]) -> list[int]:
+    """Lock ``ids``' pending and failed rows; keep one per task id with no other pending row."""
+    rows = list(locking(_messages(alias).with_ids(ids).resettable(), skip_locked=False)
+                .order_by("id").values_list("id", "task_id", "status"))
+    failed = [(row_id, task_id) for row_id, task_id, status in rows if status == _FAILED]
+    chosen = [row_id for row_id, _, status in rows if status == _PENDING]
+    taken = _messages(alias).task_ids_pending(task_id for _, task_id in failed)
+    for row_id, task_id in failed:
+        if task_id not in taken:
+            taken.add(task_id)
+            chosen.append(row_id)
+    return chosen

@@ -1,0 +1,229 @@
+"""Fixtures for real services, per-test broker queues and real Celery workers.
+
+Service fixtures skip their test when the service does not answer, or fail it when
+``OUTBOX_REQUIRE_SERVICES=1``; the run ends with one summary line per missing service.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from tests import services
+from tests.brokers import MEMORY_BROKER_URL, delete_queue, new_queue_name
+from tests.worker import Pool, WorkerCommand, WorkerProcess, start_worker
+
+#: Fixture name -> the marker a test using it gets (fixture closures count too).
+FIXTURE_MARKERS: dict[str, str] = {
+    "postgres_url": "postgres",
+    "redis_url": "redis",
+    "amqp_url": "amqp",
+    "mysql_url": "mysql",
+}
+
+#: pytest-django fixtures that need the Django test database.
+DJANGO_DB_FIXTURES = frozenset({"db", "transactional_db", "django_db_setup", "live_server"})
+
+#: Plugin name -> the ini keys pyproject sets for it, accepted (and unused) without it.
+OPTIONAL_PLUGIN_INI_KEYS: dict[str, tuple[str, ...]] = {
+    "django": ("DJANGO_SETTINGS_MODULE", "django_find_project"),
+    "timeout": ("timeout",),
+}
+
+StartWorker = Callable[..., WorkerProcess]
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Accept the ini keys of absent plugins (``core`` env, ``-p no:django``, no pytest-timeout)."""
+    for plugin, keys in OPTIONAL_PLUGIN_INI_KEYS.items():
+        if not pluginmanager.has_plugin(plugin):
+            for key in keys:
+                parser.addini(key, f"{plugin} option, unused: the plugin is not active")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the service markers when pyproject's list is not in use (``-p tests.conftest``)."""
+    declared = {line.split(":", 1)[0] for line in config.getini("markers")}
+    for marker in sorted(set(FIXTURE_MARKERS.values()) - declared):
+        config.addinivalue_line("markers", f"{marker}: needs a real {marker} service")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with the services its fixtures need (``-m 'not amqp'`` deselects)."""
+    for item in items:
+        for marker in _service_markers(item):
+            item.add_marker(marker)
+
+
+def _service_markers(item: pytest.Item) -> set[str]:
+    names = set(getattr(item, "fixturenames", ()))
+    markers = {marker for fixture, marker in FIXTURE_MARKERS.items() if fixture in names}
+    if _uses_django_db(item, names) and django_db_is_postgres():
+        markers.add("postgres")
+    return markers
+
+
+def _uses_django_db(item: pytest.Item, fixturenames: set[str]) -> bool:
+    return (
+        bool(fixturenames & DJANGO_DB_FIXTURES) or item.get_closest_marker("django_db") is not None
+    )
+
+
+def django_db_is_postgres() -> bool:
+    """Whether Django tests use PostgreSQL (default), not ``OUTBOX_TEST_DJANGO_DB=sqlite``."""
+    return os.environ.get("OUTBOX_TEST_DJANGO_DB", "postgres").lower() != "sqlite"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print one line per service that was needed but did not answer."""
+    for line in services.summary_lines():
+        terminalreporter.write_line(line, yellow=not services.services_required(), bold=True)
+
+
+# --- services -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """URL of a reachable PostgreSQL database (``OUTBOX_TEST_POSTGRES_URL``)."""
+    return services.require_service("postgres")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """URL of a reachable Redis (``OUTBOX_TEST_REDIS_URL``), usable as a Celery broker."""
+    return services.require_service("redis")
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    """URL of a reachable RabbitMQ (``OUTBOX_TEST_AMQP_URL``), usable as a Celery broker."""
+    return services.require_service("amqp")
+
+
+@pytest.fixture(scope="session")
+def mysql_url() -> str:
+    """URL of a reachable MySQL/MariaDB database (``OUTBOX_TEST_MYSQL_URL``)."""
+    return services.require_service("mysql")
+
+
+@pytest.fixture(
+    scope="session",
+    params=[
+        pytest.param("redis", marks=pytest.mark.redis, id="redis"),
+        pytest.param("amqp", marks=pytest.mark.amqp, id="amqp"),
+    ],
+)
+def broker_url(request: pytest.FixtureRequest) -> str:
+    """A real broker URL; a test using it runs once on Redis and once on RabbitMQ."""
+    return services.require_service(str(request.param))
+
+
+@pytest.fixture(scope="session")
+def memory_broker_url() -> str:
+    """The no-server broker: kombu's in-memory transport (one process only)."""
+    return MEMORY_BROKER_URL
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """The no-server database: an SQLAlchemy URL of a fresh SQLite file for this test."""
+    return f"sqlite:///{tmp_path / 'outbox.sqlite3'}"
+
+
+@pytest.fixture
+def postgres_database_url(postgres_url: str) -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database of this test's own, dropped afterwards.
+
+    For tests whose other processes (workers) must see committed rows, where a rolled-back
+    transaction cannot isolate tests from each other.
+    """
+    name = services.unique_name("outbox_test_")
+    services.create_postgres_database(postgres_url, name)
+    yield services.with_db_name(postgres_url, name)
+    services.drop_postgres_database(postgres_url, name)
+
+
+@pytest.fixture
+def mysql_database_url(mysql_url: str) -> Iterator[str]:
+    """URL of a fresh, empty MySQL/MariaDB database of this test's own, dropped afterwards."""
+    name = services.unique_name("outbox_test_")
+    services.create_mysql_database(mysql_url, name)
+    yield services.with_db_name(mysql_url, name)
+    services.drop_mysql_database(mysql_url, name)
+
+
+@pytest.fixture(scope="session")
+def django_db_service() -> None:
+    """Skip (or, with ``OUTBOX_REQUIRE_SERVICES=1``, fail) when Django's PostgreSQL is down."""
+    if django_db_is_postgres():
+        services.require_service("postgres")
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_service: None, django_db_setup: None) -> None:
+    """pytest-django's test database setup, once the database service is known to answer.
+
+    Overrides pytest-django's fixture (requested as the argument of the same name), so the
+    service rule holds for every Django test, in ``tests/django`` and ``tests/contract`` alike.
+    """
+
+
+# --- queues and workers ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def queue_name() -> str:
+    """A queue name unique to this test, so tests never consume each other's messages."""
+    return new_queue_name()
+
+
+@pytest.fixture
+def broker_queue(broker_url: str, queue_name: str) -> Iterator[str]:
+    """``queue_name`` on ``broker_url``; the queue and its messages are deleted afterwards."""
+    yield queue_name
+    delete_queue(broker_url, queue_name)
+
+
+@pytest.fixture
+def celery_worker_process(tmp_path: Path) -> Iterator[StartWorker]:
+    """Factory: start real ``celery worker`` subprocesses; all are stopped at teardown.
+
+    Call it as ``start(app_module, *, queue, env=None, pool="solo", concurrency=1,
+    ready_timeout=60.0, extra_args=())``; it returns a ready
+    :class:`tests.worker.WorkerProcess` (``pid``, ``log_path``, ``stop()``, ``kill()``).
+    ``env`` is added to this process's environment, so the app module can read its broker,
+    database and queue from it.
+    """
+    started: list[WorkerProcess] = []
+
+    def start(
+        app_module: str,
+        *,
+        queue: str,
+        env: Mapping[str, str] | None = None,
+        pool: Pool = "solo",
+        concurrency: int = 1,
+        ready_timeout: float = 60.0,
+        extra_args: tuple[str, ...] = (),
+    ) -> WorkerProcess:
+        command = WorkerCommand(
+            app_module=app_module,
+            queue=queue,
+            pool=pool,
+            concurrency=concurrency,
+            extra_args=extra_args,
+        )
+        log_path = tmp_path / f"worker-{len(started)}.log"
+        worker = start_worker(
+            command, env=env or {}, log_path=log_path, ready_timeout=ready_timeout
+        )
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -1,0 +1,3 @@
+"""pytest-django tests on PostgreSQL."""
+
+from __future__ import annotations

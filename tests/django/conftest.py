@@ -1,0 +1,106 @@
+"""Fixtures of the Django tests: the ORM store, messages, and an end-to-end world.
+
+Tests that need real commits use ``@pytest.mark.django_db(transaction=True)``; the
+end-to-end ones start a real worker (``celery_worker_process``) on the test database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from celery_outbox.records import NewMessage
+from tests.django.celery_app import RECORD, create_app, runs
+from tests.django.helpers import database_url
+from tests.worker import WorkerProcess, wait_for
+
+MessageFactory = Callable[..., NewMessage]
+
+
+@pytest.fixture
+def store() -> Any:
+    """The ORM store under test."""
+    from django_outbox.store import DjangoOutboxStore
+
+    return DjangoOutboxStore()
+
+
+@pytest.fixture
+def now() -> datetime:
+    """The current aware UTC time."""
+    return datetime.now(timezone.utc)
+
+
+@pytest.fixture
+def message(now: datetime) -> MessageFactory:
+    """Factory of ``NewMessage`` values: ``message("task-id", available_at=...)``."""
+    def make(task_id: str = "task-1", *, available_at: datetime | None = None,
+             task_name: str = "tests.noop") -> NewMessage:
+        return NewMessage(task_id=task_id, task_name=task_name, payload='[[], {}, {}]',
+                          options={"routing_key": "celery", "headers": {"id": task_id}},
+                          available_at=available_at or now)
+
+    return make
+
+
+@dataclass
+class World:
+    """A Celery app on a real broker, its queue, and the worker's record of runs."""
+
+    app: Celery
+    queue: str
+    output: Path
+    env: dict[str, str]
+
+    @property
+    def record(self) -> Any:
+        """The recording ``OutboxTask`` of :attr:`app`."""
+        return self.app.tasks[RECORD]
+
+    def runs(self) -> list[dict[str, Any]]:
+        """What the worker ran so far."""
+        return runs(self.output)
+
+    def wait_for_runs(self, count: int, *, timeout: float = 20.0) -> list[dict[str, Any]]:
+        """Wait until at least ``count`` runs are recorded; return all of them."""
+        wait_for(lambda: len(self.runs()) >= count, timeout=timeout,
+                 what=f"{count} recorded run(s)")
+        return self.runs()
+
+
+@pytest.fixture
+def world(broker_url: str, broker_queue: str, tmp_path: Path) -> Iterator[World]:
+    """An app on the real broker (Redis, then RabbitMQ) with a queue of this test's own."""
+    output = tmp_path / "runs.jsonl"
+    app = create_app(broker_url, broker_queue)
+    env = {"OUTBOX_TEST_BROKER": broker_url, "OUTBOX_TEST_QUEUE": broker_queue,
+           "OUTBOX_TEST_OUTPUT": str(output)}
+    yield World(app=app, queue=broker_queue, output=output, env=env)
+    close_app(app)
+
+
+def close_app(app: Celery) -> None:
+    """Release the relay's broker connection and the app's pools."""
+    from celery_outbox.registry import relay_for
+
+    relay_for(app).close()
+    app.close()
+
+
+@pytest.fixture
+def start_worker(celery_worker_process: Callable[..., WorkerProcess], world: World
+                 ) -> Callable[..., WorkerProcess]:
+    """Start a real worker of :func:`world`'s app on the current test database."""
+    def start(**env: str) -> WorkerProcess:
+        return celery_worker_process(
+            "tests.django.worker_app", queue=world.queue,
+            env={**world.env, "OUTBOX_DJANGO_DB_URL": database_url(), **env})
+
+    return start
+

@@ -1,0 +1,51 @@
+"""The same dispatch on MariaDB/MySQL and SQLite, with a real broker and worker.
+
+pytest-django runs on PostgreSQL, so these databases get processes of their own:
+``migrate``, a worker and a dispatching client, all on ``tests.django.db_settings``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.django.conftest import World
+from tests.worker import REPO_ROOT, worker_env
+
+
+@pytest.fixture(params=["mysql", "sqlite"])
+def other_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh MariaDB database, or a fresh SQLite file."""
+    if request.param == "mysql":
+        return str(request.getfixturevalue("mysql_database_url"))
+    return f"sqlite:///{tmp_path / 'outbox.sqlite3'}"
+
+
+def run_django(module_args: list[str], env: dict[str, str]) -> str:
+    """Run ``python -m ...`` on ``tests.django.db_settings``; return its stdout."""
+    done = subprocess.run(
+        [sys.executable, "-m", *module_args], cwd=REPO_ROOT, capture_output=True, text=True,
+        timeout=120, env=worker_env({**env, "DJANGO_SETTINGS_MODULE": "tests.django.db_settings"}),
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_dispatch_commits_and_rolls_back_on_other_databases(
+        world: World, celery_worker_process: Callable[..., Any], other_database_url: str) -> None:
+    env = {**world.env, "OUTBOX_DJANGO_DB_URL": other_database_url}
+    run_django(["django", "migrate", "--noinput", "-v", "0"], env)
+    celery_worker_process("tests.django.worker_app", queue=world.queue, env=env)
+    outcome = json.loads(run_django(["tests.django.dispatch_client"], env))
+    assert outcome["vendor"] == other_database_url.split(":")[0]
+    assert (outcome["same_result"], outcome["rows_for_explicit_id"]) == (True, 1)
+    assert outcome["rows_left"] == 0
+    runs = world.wait_for_runs(3)
+    assert [run["task_id"] for run in runs] == outcome["expected"]
+    assert [run["saw_user"] for run in runs] == [True, True, False]
