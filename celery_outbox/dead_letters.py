@@ -115,9 +115,7 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
     )
     task_id, row_id = store.requeue_dead_letter(letter_id, message, by=by, now=now, using=using)
     if row_id is not None:
-        store.defer_publish(
-            row_id, lambda ids: relay_for(app).publish_ids(ids, using=using), using=using
-        )
+        store.defer_publish(row_id, relay_for(app).publisher(using), using=using)
         dead_letter_requeued.send(sender=app, letter_id=letter_id, task_id=task_id, by=by)
     return task_id
 

@@ -12,6 +12,8 @@ from typing import Any
 OUTBOX_TABLE = "celery_outbox_message"
 #: Name of the dead-letter table.
 DEAD_LETTER_TABLE = "celery_outbox_deadletter"
+#: Name of the table counting redeliveries of task messages (one row per redelivered task).
+DELIVERY_TABLE = "celery_outbox_delivery"
 
 
 class MessageStatus(str, enum.Enum):

@@ -7,7 +7,6 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from celery import Task
@@ -230,9 +229,7 @@ class OutboxTask(Task[Any, Any]):
         store = store_for(app)
         row_id = store.add(message, using=using)
         if row_id is not None and message.available_at <= now:
-            store.defer_publish(
-                row_id, partial(relay_for(app).publish_ids, using=using), using=using
-            )
+            store.defer_publish(row_id, relay_for(app).publisher(using), using=using)
         return self.AsyncResult(message.task_id)
 
     def delay_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult[Any]:

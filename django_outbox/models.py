@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 
 from celery_outbox.records import (
     DEAD_LETTER_TABLE,
+    DELIVERY_TABLE,
     OUTBOX_TABLE,
     DeadLetterStatus,
     MessageStatus,
@@ -55,8 +56,12 @@ class OutboxMessage(models.Model):
     task_name = models.CharField(_("task name"), max_length=255)
     payload = models.TextField(_("payload"))
     options = models.JSONField(_("options"))
-    status = models.CharField(_("status"), max_length=16, choices=MESSAGE_STATUS_CHOICES,
-                              default=MessageStatus.PENDING.value)
+    status = models.CharField(
+        _("status"),
+        max_length=16,
+        choices=MESSAGE_STATUS_CHOICES,
+        default=MessageStatus.PENDING.value,
+    )
     available_at = models.DateTimeField(_("available at"))
     attempts = models.IntegerField(_("publish attempts"), default=0)
     last_error = models.TextField(_("last error"), default="", blank=True)
@@ -101,12 +106,17 @@ class DeadLetter(models.Model):
     retries = models.IntegerField(_("retries"))
     first_failed_at = models.DateTimeField(_("first failed at"))
     failed_at = models.DateTimeField(_("failed at"))
-    status = models.CharField(_("status"), max_length=16, choices=DEAD_LETTER_STATUS_CHOICES,
-                              default=DeadLetterStatus.DEAD.value)
+    status = models.CharField(
+        _("status"),
+        max_length=16,
+        choices=DEAD_LETTER_STATUS_CHOICES,
+        default=DeadLetterStatus.DEAD.value,
+    )
     requeued_at = models.DateTimeField(_("requeued at"), null=True, blank=True)
     requeued_by = models.CharField(_("requeued by"), max_length=150, default="", blank=True)
-    requeued_task_id = models.CharField(_("requeued task id"), max_length=255, default="",
-                                        blank=True)
+    requeued_task_id = models.CharField(
+        _("requeued task id"), max_length=255, default="", blank=True
+    )
 
     objects = DeadLetterManager()
 
@@ -116,8 +126,9 @@ class DeadLetter(models.Model):
         verbose_name_plural = _("dead letters")
         indexes = [
             models.Index(fields=["task_id"], name="celery_outbox_dl_task_id_idx"),
-            SharedNameIndex(fields=["status", "failed_at"],
-                            name="celery_outbox_dl_status_failed_idx"),
+            SharedNameIndex(
+                fields=["status", "failed_at"], name="celery_outbox_dl_status_failed_idx"
+            ),
         ]
         permissions = [
             ("requeue_deadletter", _("Can requeue dead letters")),
@@ -126,3 +137,24 @@ class DeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name}[{self.task_id}] {self.exception_type} ({self.status})"
+
+
+class DeliveryCount(models.Model):
+    """How many times a task message was delivered without finishing.
+
+    Only redelivered messages get a row (a first delivery writes nothing); the row is
+    dropped when the attempt finishes. Past ``outbox_max_deliveries`` the task is
+    dead-lettered without running.
+    """
+
+    task_id = models.CharField(_("task id"), max_length=255, primary_key=True)
+    deliveries = models.IntegerField(_("deliveries"))
+    updated_at = models.DateTimeField(_("updated at"))
+
+    class Meta:
+        db_table = DELIVERY_TABLE
+        verbose_name = _("delivery count")
+        verbose_name_plural = _("delivery counts")
+
+    def __str__(self) -> str:
+        return f"{self.task_id}: {self.deliveries} deliveries"
