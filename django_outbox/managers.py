@@ -11,7 +11,10 @@ from django.db import connections, models
 from celery_outbox.records import DeadLetterStatus, MessageStatus
 
 if TYPE_CHECKING:
+    from celery import Celery
     from typing_extensions import Self
+
+    from django_outbox.dead_letters import RequeueResult
 
     # Named as strings in the QuerySet bases below (a runtime subscript ruff does not read).
     from django_outbox.models import DeadLetter, OutboxMessage  # noqa: F401
@@ -84,6 +87,19 @@ class DeadLetterQuerySet(models.QuerySet["DeadLetter"]):
     def for_task(self, task_name: str) -> Self:
         """Letters of one task name."""
         return self.filter(task_name=task_name)
+
+    def requeue(self, *, by: str = "", app: Celery | None = None) -> RequeueResult:
+        """Requeue every ``dead`` letter here, one transaction each (see
+        :func:`django_outbox.dead_letters.requeue_letters`)."""
+        from django_outbox.dead_letters import requeue_letters
+
+        return requeue_letters(self, by=by, app=app)
+
+    def discard(self, *, app: Celery | None = None) -> int:
+        """Discard every ``dead`` letter here; return how many."""
+        from django_outbox.dead_letters import discard_letters
+
+        return discard_letters(self, app=app)
 
 
 def locking(rows: models.QuerySet[_M], *, skip_locked: bool) -> models.QuerySet[_M]:

@@ -6,6 +6,7 @@ compares both), so one database can be served by either store.
 
 from __future__ import annotations
 
+from celery import Celery
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -137,6 +138,22 @@ class DeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name}[{self.task_id}] {self.exception_type} ({self.status})"
+
+    def requeue(self, *, by: str = "", app: Celery | None = None) -> str:
+        """Dispatch this letter's task again as a new task id (fresh retry budget).
+
+        The outbox row is written in the caller's transaction; requeuing a letter that is
+        not ``dead`` does nothing and returns its existing ``requeued_task_id``.
+        """
+        from django_outbox.dead_letters import requeue_letter
+
+        return requeue_letter(self, by=by, app=app)
+
+    def discard(self, *, app: Celery | None = None) -> bool:
+        """Mark this letter ``discarded``; ``False`` when it was not ``dead``."""
+        from django_outbox.dead_letters import discard_letter
+
+        return discard_letter(self, app=app)
 
 
 class DeliveryCount(models.Model):

@@ -1,0 +1,159 @@
+"""The logic of the admin actions, as plain functions testable without a request.
+
+Each action function takes a queryset (and, for requeue, the user acting), keeps only the
+rows in a state the action applies to, delegates to the core, and returns counts. Each
+``*_messages`` function turns those counts into ``(level, text)`` pairs for
+``ModelAdmin.message_user``, translated with ``ngettext`` (modelled on
+``django_celery_beat.admin.PeriodicTaskAdmin.enable_tasks``).
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime
+
+from celery import Celery
+from django.contrib import messages
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
+from django.db import transaction
+from django.utils.translation import gettext, ngettext
+
+from celery_outbox.clock import utcnow
+from celery_outbox.records import MessageStatus
+from celery_outbox.registry import relay_for, store_for
+from django_outbox.celery_app import outbox_app
+from django_outbox.dead_letters import RequeueResult, discard_letters, requeue_letters
+from django_outbox.managers import DeadLetterQuerySet, OutboxMessageQuerySet
+
+#: A message for ``message_user``: its level (``django.contrib.messages``) and text.
+UserMessage = tuple[int, str]
+
+#: How many failure reasons a requeue report lists before "and N more".
+MAX_REASONS = 5
+
+
+def actor_name(user: AbstractBaseUser | AnonymousUser | str) -> str:
+    """What ``requeued_by`` records for ``user``: its username (or the string given)."""
+    return user if isinstance(user, str) else user.get_username()
+
+
+# -- dead letters --------------------------------------------------------------------------
+def requeue_dead_letters(letters: DeadLetterQuerySet,
+                         user: AbstractBaseUser | AnonymousUser | str, *,
+                         app: Celery | None = None) -> RequeueResult:
+    """Requeue the ``dead`` letters of ``letters`` as ``user``: one transaction each."""
+    return requeue_letters(letters, by=actor_name(user), app=app)
+
+
+def discard_dead_letters(letters: DeadLetterQuerySet, *, app: Celery | None = None) -> int:
+    """Discard the ``dead`` letters of ``letters``; return how many were discarded."""
+    return discard_letters(letters, app=app)
+
+
+def requeue_messages(result: RequeueResult) -> list[UserMessage]:
+    """The report of a requeue: successes, letters skipped, and failures with reasons."""
+    report: list[UserMessage] = []
+    if result.requeued or not (result.skipped or result.failed):
+        count = len(result.requeued)
+        report.append((messages.SUCCESS, ngettext(
+            "%(count)d dead letter was requeued.",
+            "%(count)d dead letters were requeued.", count) % {"count": count}))
+    if result.skipped:
+        report.append((messages.WARNING, ngettext(
+            "%(count)d selected letter was skipped: it is not dead (already requeued or "
+            "discarded).",
+            "%(count)d selected letters were skipped: they are not dead (already requeued or "
+            "discarded).", result.skipped) % {"count": result.skipped}))
+    if result.failed:
+        report.append((messages.ERROR, _failures_text(result.failed)))
+    return report
+
+
+def _failures_text(failed: dict[int, str]) -> str:
+    count = len(failed)
+    reasons = "; ".join(f"#{pk}: {why}" for pk, why in list(failed.items())[:MAX_REASONS])
+    more = count - MAX_REASONS
+    text = ngettext("%(count)d dead letter could not be requeued: %(reasons)s",
+                    "%(count)d dead letters could not be requeued: %(reasons)s",
+                    count) % {"count": count, "reasons": reasons}
+    if more > 0:
+        text += " " + ngettext("(and %(more)d more)", "(and %(more)d more)", more) % {
+            "more": more}
+    return text
+
+
+def discard_messages(selected: int, discarded: int) -> list[UserMessage]:
+    """The report of a discard of ``selected`` letters of which ``discarded`` were dead."""
+    report: list[UserMessage] = [(messages.SUCCESS, ngettext(
+        "%(count)d dead letter was discarded.",
+        "%(count)d dead letters were discarded.", discarded) % {"count": discarded})]
+    skipped = selected - discarded
+    if skipped > 0:
+        report.append((messages.WARNING, ngettext(
+            "%(count)d selected letter was skipped: it is not dead.",
+            "%(count)d selected letters were skipped: they are not dead.",
+            skipped) % {"count": skipped}))
+    return report
+
+
+# -- outbox messages -----------------------------------------------------------------------
+def publish_messages_now(rows: OutboxMessageQuerySet, *, app: Celery | None = None,
+                         now: datetime | None = None) -> int:
+    """Make the ``pending`` rows of ``rows`` due now and publish them after commit.
+
+    Returns how many rows were made due. The publish itself never raises (a broker
+    that is down leaves the rows to the sweeper).
+    """
+    app = app or outbox_app()
+    store, alias = store_for(app), rows.db
+    ids = list(rows.pending().values_list("id", flat=True))
+    with transaction.atomic(using=alias):
+        changed = store.reset(ids, now=now or utcnow(), using=alias)
+        if changed:
+            store.on_commit(functools.partial(_publish, app, ids, using=alias), using=alias)
+    return changed
+
+
+def _publish(app: Celery, ids: list[int], *, using: str) -> None:
+    """Publish rows ``ids`` now (never raises: see :meth:`Relay.publish_ids`)."""
+    relay_for(app).publish_ids(ids, using=using)
+
+
+def reset_failed_messages(rows: OutboxMessageQuerySet, *, app: Celery | None = None,
+                          now: datetime | None = None) -> int:
+    """Make the ``failed`` rows of ``rows`` pending again, due now, with fresh attempts.
+
+    The sweeper publishes them on its next pass. A row whose task id already has
+    another pending row is left alone. Returns how many rows were reset.
+    """
+    app = app or outbox_app()
+    ids = list(rows.filter(status=MessageStatus.FAILED.value).values_list("id", flat=True))
+    return store_for(app).reset(ids, now=now or utcnow(), using=rows.db)
+
+
+def publish_now_messages(selected: int, changed: int) -> list[UserMessage]:
+    """The report of "publish now" for ``selected`` rows of which ``changed`` were pending."""
+    report: list[UserMessage] = [(messages.SUCCESS, ngettext(
+        "%(count)d outbox message is being published.",
+        "%(count)d outbox messages are being published.", changed) % {"count": changed})]
+    return report + _skipped_rows(selected - changed, gettext("pending"))
+
+
+def reset_messages(selected: int, changed: int) -> list[UserMessage]:
+    """The report of "reset" for ``selected`` rows of which ``changed`` were reset."""
+    report: list[UserMessage] = [(messages.SUCCESS, ngettext(
+        "%(count)d failed outbox message was reset; the sweeper will publish it.",
+        "%(count)d failed outbox messages were reset; the sweeper will publish them.",
+        changed) % {"count": changed})]
+    return report + _skipped_rows(selected - changed, gettext("failed"))
+
+
+def _skipped_rows(skipped: int, status: str) -> list[UserMessage]:
+    if skipped <= 0:
+        return []
+    return [(messages.WARNING, ngettext(
+        "%(count)d selected message was skipped: it is not %(status)s, or its task id "
+        "already has a pending message.",
+        "%(count)d selected messages were skipped: they are not %(status)s, or their task id "
+        "already has a pending message.", skipped) % {"count": skipped, "status": status})]

@@ -1,0 +1,61 @@
+"""Which Celery app the Django surfaces (admin, ``manage.py outbox``) act through."""
+
+from __future__ import annotations
+
+from celery import Celery
+from celery import _state as celery_state
+from kombu.utils.imports import symbol_by_name
+
+from celery_outbox.exceptions import OutboxConfigError
+from django_outbox.settings import settings
+
+
+def outbox_app() -> Celery:
+    """The Celery app the admin and commands act through, with its task modules imported.
+
+    ``DJANGO_OUTBOX_CELERY_APP`` (a dotted path) when set, else the app the project
+    created (Celery's current app). The task modules are imported as a worker imports
+    them: in a web process ``autodiscover_tasks`` has not run yet, so a letter's task
+    would look unregistered.
+
+    Raises
+    ------
+    OutboxConfigError
+        The setting cannot be imported, or the project never created a Celery app.
+    """
+    app = _configured_app(settings.CELERY_APP)
+    app.loader.import_default_modules()
+    return app
+
+
+def _configured_app(path: str | None) -> Celery:
+    if path:
+        try:
+            app: Celery = symbol_by_name(path)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise OutboxConfigError(
+                f"DJANGO_OUTBOX_CELERY_APP={path!r} cannot be imported ({exc}): give the "
+                "dotted path of your Celery app, e.g. 'proj.celery:app'.") from exc
+        return app
+    # Not get_current_app(): with no app at all it makes an empty fallback app. (Nor a
+    # check against ``default_app``: Celery's Django fixup makes the project's app the
+    # default app as soon as it is created.)
+    created = _created_app()
+    if created is None or _is_fallback(created):
+        raise OutboxConfigError(
+            "No Celery app found: import it in your project's __init__.py (as Celery's "
+            "Django guide does) or set DJANGO_OUTBOX_CELERY_APP.")
+    return created
+
+
+def _created_app() -> Celery | None:
+    """The current (or else default) app, without making a fallback app if there is none."""
+    # celery-types does not declare these module attributes of ``celery._state``.
+    current: Celery | None = celery_state._tls.current_app  # type: ignore[attr-defined]
+    default: Celery | None = celery_state.default_app  # type: ignore[attr-defined]
+    return current or default
+
+
+def _is_fallback(app: Celery) -> bool:
+    """Whether ``app`` is the empty app Celery makes when asked for one before any exists."""
+    return app.main == "default" and not getattr(app, "fixups", None)

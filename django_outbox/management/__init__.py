@@ -1,0 +1,3 @@
+"""Management commands of the outbox app."""
+
+from __future__ import annotations

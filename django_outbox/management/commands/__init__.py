@@ -1,0 +1,3 @@
+"""The ``outbox`` command."""
+
+from __future__ import annotations

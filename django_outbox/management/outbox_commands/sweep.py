@@ -1,0 +1,34 @@
+"""``outbox sweep``: one pass of the sweeper over every outbox database."""
+
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from django_outbox.management.outbox_commands._context import (
+    add_database_argument,
+    alias_name,
+    load_context,
+)
+
+HELP = "Publish the due rows their on-commit publisher left behind (one sweep)."
+
+
+def add_arguments(parser: ArgumentParser) -> None:
+    add_database_argument(parser)
+
+
+def handle(command: BaseCommand, options: dict[str, Any]) -> None:
+    context = load_context(options["database"])
+    sweeper = context.sweeper()
+    try:
+        for alias in context.aliases:
+            report = sweeper.sweep(alias)
+            command.stdout.write(
+                f"{alias_name(alias)}: published {report.published}, rescheduled "
+                f"{report.rescheduled}, failed {report.failed} in {report.batches} batch(es)"
+                + (" (time budget spent; rows left)" if report.more else ""))
+    finally:
+        sweeper.relay.close()

@@ -1,0 +1,3 @@
+"""The demo shop: orders, and their notifications failing over PUSH -> SMS -> messenger."""
+
+from __future__ import annotations

@@ -1,0 +1,101 @@
+"""Tasks of the retry end-to-end tests, shared by the test process and its workers.
+
+Every attempt appends a JSON line to ``OUTBOX_TEST_OUTPUT`` (task, key, retries, time),
+so the tests measure waits and count runs from what the worker really did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from celery import Celery, Task
+
+from celery_outbox import OutboxRetry, OutboxTask
+
+#: Seconds: the base of the flaky task's windows.
+FLAKY_BACKOFF = 1.0
+
+
+class Permanent(Exception):
+    """An error no retry can fix."""
+
+
+def create_retry_app(broker_url: str, queue: str, **conf: Any) -> Celery:
+    """The app of the retry tests, every task routed to ``queue``."""
+    app = Celery("retry_e2e", broker=broker_url, set_as_current=False)
+    app.conf.update(task_default_queue=queue, broker_connection_retry_on_startup=True,
+                    worker_hijack_root_logger=False, outbox_sweep_interval=0.5,
+                    outbox_publish_grace=0.0, **conf)
+    task = app.task
+    task(base=OutboxTask, bind=True, name="retry.flaky", retry_backoff=FLAKY_BACKOFF)(flaky)
+    task(base=OutboxTask, bind=True, name="retry.always", max_retries=2,
+         retry_backoff=0.1)(always)
+    task(base=OutboxTask, bind=True, name="retry.permanent",
+         dont_autoretry_for=(Permanent,))(permanent)
+    task(base=OutboxTask, bind=True, name="retry.deadline", max_retries=None,
+         retry_backoff=0.2, retry_max_elapsed=1.5)(always)
+    task(base=OutboxTask, bind=True, name="retry.parked")(parked)
+    task(base=OutboxTask, bind=True, name="retry.suicide")(suicide)
+    task(base=OutboxTask, bind=True, name="retry.healthy")(healthy)
+    return app
+
+
+def log(task: Task[Any, Any], key: str) -> int:
+    """Record this attempt; return how many attempts ``key`` had, this one included."""
+    path = Path(os.environ["OUTBOX_TEST_OUTPUT"])
+    line = {"task": task.name, "key": key, "retries": task.request.retries,
+            "id": task.request.id, "at": time.time(), "pid": os.getpid()}
+    with path.open("a") as output:
+        output.write(json.dumps(line) + "\n")
+    return sum(1 for entry in attempts(path) if entry["key"] == key)
+
+
+def attempts(path: Path) -> list[dict[str, Any]]:
+    """Every attempt recorded in ``path`` so far."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def flaky(self: Task[Any, Any], key: str, failures: int) -> str:
+    """Fail ``failures`` times, then succeed."""
+    if log(self, key) <= failures:
+        raise ConnectionError(f"flaky {key}")
+    return "ok"
+
+
+def always(self: Task[Any, Any], key: str) -> None:
+    """Always fail with a retryable error."""
+    log(self, key)
+    raise ValueError(f"always failing {key}")
+
+
+def permanent(self: Task[Any, Any], key: str) -> None:
+    """Fail with an error listed in ``dont_autoretry_for``."""
+    log(self, key)
+    raise Permanent(f"permanent {key}")
+
+
+def parked(self: Task[Any, Any], key: str, wait: float) -> str:
+    """Ask for one retry ``wait`` seconds later, then succeed."""
+    if log(self, key) == 1:
+        raise OutboxRetry(delay=timedelta(seconds=wait))
+    return "ok"
+
+
+def suicide(self: Task[Any, Any], key: str) -> None:
+    """Kill the worker process running it, every time."""
+    log(self, key)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def healthy(self: Task[Any, Any], key: str) -> str:
+    """Succeed at once."""
+    log(self, key)
+    return "ok"

@@ -1,0 +1,182 @@
+"""Retries that never sleep, parked waits and dead letters: real PostgreSQL, a real
+broker (Redis, then RabbitMQ) and a real worker (issue 5's acceptance)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from kombu import Connection
+
+from celery_outbox.records import MessageStatus
+from celery_outbox.sweep_task import sweep_app
+from django_outbox.models import DeadLetter, OutboxMessage
+from tests.django.conftest import close_app
+from tests.django.helpers import database_url, postgres_only
+from tests.django.retry_tasks import FLAKY_BACKOFF, attempts, create_retry_app
+from tests.worker import WorkerProcess, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]
+
+
+@dataclass
+class Run:
+    """The test's app (same tasks as the worker's) and where the worker logs attempts."""
+
+    app: Celery
+    queue: str
+    output: Path
+    env: dict[str, str]
+    start: Callable[..., WorkerProcess]
+
+    def attempts(self, task: str | None = None) -> list[dict[str, Any]]:
+        return [a for a in attempts(self.output) if task is None or a["task"] == task]
+
+    def wait_attempts(self, task: str, count: int, timeout: float = 30.0
+                      ) -> list[dict[str, Any]]:
+        wait_for(lambda: len(self.attempts(task)) >= count, timeout=timeout,
+                 what=f"{count} attempt(s) of {task}")
+        return self.attempts(task)
+
+
+@pytest.fixture
+def run(broker_url: str, broker_queue: str, tmp_path: Path,
+        celery_worker_process: Callable[..., WorkerProcess]) -> Iterator[Run]:
+    output = tmp_path / "attempts.jsonl"
+    env = {"OUTBOX_TEST_BROKER": broker_url, "OUTBOX_TEST_QUEUE": broker_queue,
+           "OUTBOX_TEST_OUTPUT": str(output), "OUTBOX_DJANGO_DB_URL": database_url()}
+    app = create_retry_app(broker_url, broker_queue)
+
+    def start(conf: dict[str, Any] | None = None, **options: Any) -> WorkerProcess:
+        return celery_worker_process(
+            "tests.django.retry_worker", queue=broker_queue,
+            env={**env, "OUTBOX_TEST_CONF": json.dumps(conf or {})}, **options)
+
+    yield Run(app=app, queue=broker_queue, output=output, env=env, start=start)
+    close_app(app)
+
+
+def test_fails_twice_then_succeeds_on_the_windows(run: Run) -> None:
+    run.start()
+    run.app.tasks["retry.flaky"].delay("k", 2)
+    tries = run.wait_attempts("retry.flaky", 3)
+    time.sleep(1.0)
+    assert len(run.attempts("retry.flaky")) == 3
+    assert [t["retries"] for t in tries] == [0, 1, 2]
+    assert len({t["id"] for t in tries}) == 1  # one task id across retries
+    first, second = tries[1]["at"] - tries[0]["at"], tries[2]["at"] - tries[1]["at"]
+    b, slack = FLAKY_BACKOFF, 0.35  # slack: broker round trip and worker pickup
+    assert 0 <= first <= b + slack
+    assert b - 0.05 <= second <= 2 * b + slack
+
+
+def test_always_failing_task_is_one_dead_letter(run: Run) -> None:
+    run.start()
+    result = run.app.tasks["retry.always"].delay("a")
+    run.wait_attempts("retry.always", 3)
+    wait_for(lambda: DeadLetter.objects.exists(), timeout=15, what="the dead letter")
+    time.sleep(0.5)
+    assert len(run.attempts("retry.always")) == 3
+    letter = DeadLetter.objects.get()
+    assert (letter.task_id, letter.task_name, letter.retries) == (result.id, "retry.always", 2)
+    assert letter.exception_type == "builtins.ValueError"
+    assert letter.exception_message == "always failing a"
+    assert "ValueError: always failing a" in letter.traceback
+    assert letter.args == ["a"]
+    assert letter.status == "dead"
+
+
+def test_dont_autoretry_for_is_dead_on_first_failure(run: Run) -> None:
+    run.start()
+    run.app.tasks["retry.permanent"].delay("p")
+    wait_for(lambda: DeadLetter.objects.exists(), timeout=15, what="the dead letter")
+    letter = DeadLetter.objects.get()
+    assert letter.exception_type == "tests.django.retry_tasks.Permanent"
+    assert letter.retries == 0
+    assert len(run.attempts("retry.permanent")) == 1
+
+
+def test_retry_max_elapsed_ends_retries_on_time(run: Run) -> None:
+    run.start()
+    run.app.tasks["retry.deadline"].delay("d")
+    wait_for(lambda: DeadLetter.objects.exists(), timeout=20, what="the dead letter")
+    letter = DeadLetter.objects.get()
+    elapsed = (letter.failed_at - letter.first_failed_at).total_seconds()
+    assert 1.5 <= elapsed <= 2.5
+    assert letter.retries >= 3
+
+
+def test_long_wait_is_parked_off_the_broker_and_worker(run: Run, tmp_path: Path) -> None:
+    worker = run.start({"outbox_park_after": 1.0},
+                       extra_args=("-B", "-s", str(tmp_path / "beat-schedule")))
+    result = run.app.tasks["retry.parked"].delay("w", 6.0)
+    first = run.wait_attempts("retry.parked", 1)[0]
+    wait_for(lambda: OutboxMessage.objects.filter(task_id=result.id).exists(), timeout=5,
+             what="the parked row")
+    row = OutboxMessage.objects.get(task_id=result.id)
+    assert row.status == MessageStatus.PENDING.value
+    assert row.available_at.timestamp() - first["at"] >= 5.5
+    assert queue_length(run) == 0
+    assert scheduled(run.app, worker) == []  # the worker holds no ETA for it
+    tries = run.wait_attempts("retry.parked", 2, timeout=30)
+    assert tries[1]["at"] - first["at"] >= 5.9
+    assert tries[1]["retries"] == 1
+    wait_for(lambda: not OutboxMessage.objects.filter(task_id=result.id).exists(), timeout=5,
+             what="the published row to be removed")
+
+
+def test_failed_eta_publish_parks_the_retry(run: Run) -> None:
+    # The worker publishes through a broker that refuses (closed port); it consumes fine.
+    run.start({"broker_write_url": f"redis://127.0.0.1:{closed_port()}/0",
+               "outbox_publish_timeout": 0.5})
+    result = run.app.tasks["retry.flaky"].delay("e", 1)
+    run.wait_attempts("retry.flaky", 1)
+    wait_for(lambda: OutboxMessage.objects.filter(task_id=result.id).exists(), timeout=10,
+             what="the retry parked after its ETA publish failed")
+    wait_for(lambda: sweep_app(run.app).published > 0 or not OutboxMessage.objects.exists(),
+             timeout=15, interval=0.3, what="the sweep to publish the parked retry")
+    tries = run.wait_attempts("retry.flaky", 2)
+    assert [t["retries"] for t in tries] == [0, 1]
+
+
+@pytest.mark.slow
+def test_task_killing_its_worker_becomes_a_dead_letter(run: Run) -> None:
+    run.start({"outbox_max_deliveries": 2}, pool="prefork", concurrency=2)
+    run.app.tasks["retry.suicide"].delay("s")
+    wait_for(lambda: DeadLetter.objects.exists(), timeout=60, what="the dead letter")
+    letter = DeadLetter.objects.get()
+    assert letter.exception_type == "celery_outbox.exceptions.TooManyDeliveries"
+    assert len(run.attempts("retry.suicide")) == 2  # the third delivery did not run
+    for n in range(5):
+        run.app.tasks["retry.healthy"].delay(f"h{n}")
+    run.wait_attempts("retry.healthy", 5)
+
+
+def queue_length(run: Run) -> int:
+    """Messages waiting in the test's queue (not counting ones a worker holds)."""
+    with Connection(run.env["OUTBOX_TEST_BROKER"]) as conn:
+        channel = conn.default_channel
+        if conn.transport.driver_type == "redis":  # an empty Redis queue is no key at all
+            return int(channel.client.llen(run.queue))
+        return int(channel.queue_declare(run.queue, passive=True).message_count)
+
+
+def scheduled(app: Celery, worker: WorkerProcess) -> list[Any]:
+    """The ETA tasks the worker holds, from ``celery inspect scheduled``."""
+    replies = app.control.inspect(timeout=3.0).scheduled() or {}
+    assert replies, f"no worker answered inspect (log: {worker.log_text()[-2000:]})"
+    return [task for tasks in replies.values() for task in tasks]
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
