@@ -167,17 +167,17 @@ class OutboxStore(abc.ABC):
         """Delete up to ``limit`` rows in ``statuses`` created before ``older_than``."""
 
     # -- deliveries ---------------------------------------------------------------
+    @abc.abstractmethod
     def record_delivery(self, task_id: str, *, now: datetime, using: str | None = None) -> int:
         """Count one more delivery of a *redelivered* task message; return the total.
 
         First deliveries are never recorded (only redeliveries pay a write), so the
         first call for a ``task_id`` returns 2. Committed before returning.
         """
-        raise NotImplementedError  # abstract once every store implements it (WIP)
 
+    @abc.abstractmethod
     def forget_deliveries(self, task_id: str, *, using: str | None = None) -> None:
         """Drop the delivery count of a task whose attempt finished."""
-        raise NotImplementedError  # abstract once every store implements it (WIP)
 
     # -- dead letters -----------------------------------------------------------
     @abc.abstractmethod

@@ -1,0 +1,43 @@
+"""The outbox for SQLAlchemy applications: tables for Alembic, and the store.
+
+Imported only when asked for (``import celery_outbox`` never imports SQLAlchemy)::
+
+    from celery_outbox.registry import install_store
+    from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, metadata
+
+    metadata.create_all(engine)            # or let Alembic see ``metadata``
+    store = SQLAlchemyOutboxStore(engine=engine)
+    install_store(celery_app, store)
+
+    with Session(engine) as session, session.begin(), store.bind_session(session):
+        session.add(order)
+        send_receipt.delay(order.id)       # written in this transaction, published on commit
+"""
+
+from __future__ import annotations
+
+from celery_outbox.records import DELIVERY_TABLE
+from celery_outbox.sqlalchemy.store import SQLAlchemyOutboxStore
+from celery_outbox.sqlalchemy.tables import (
+    PENDING_TASK_INDEX,
+    OutboxTables,
+    dead_letter_table,
+    define_tables,
+    delivery_table,
+    metadata,
+    outbox_table,
+)
+from celery_outbox.sqlalchemy.types import UTCDateTime
+
+__all__ = [
+    "DELIVERY_TABLE",
+    "PENDING_TASK_INDEX",
+    "OutboxTables",
+    "SQLAlchemyOutboxStore",
+    "UTCDateTime",
+    "dead_letter_table",
+    "define_tables",
+    "delivery_table",
+    "metadata",
+    "outbox_table",
+]

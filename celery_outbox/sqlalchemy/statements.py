@@ -1,0 +1,278 @@
+"""The SQL of the store, built with SQLAlchemy Core and portable across dialects.
+
+Each function takes a ``Connection`` (in whatever transaction the store chose) and
+runs a bounded number of statements. Dialect differences are kept here: ``INSERT ...
+ON CONFLICT`` (PostgreSQL, SQLite) versus a check in code (MySQL), ``UPDATE ...
+RETURNING`` versus ``SELECT ... FOR UPDATE`` then ``UPDATE``, and assignment order
+(MySQL evaluates ``SET`` left to right with the new values, so every expression
+reading a column comes before that column's own assignment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    CursorResult,
+    Select,
+    Table,
+    and_,
+    case,
+    delete,
+    func,
+    insert,
+    literal,
+    literal_column,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+from celery_outbox.records import MessageStatus, NewMessage, StoredMessage
+
+PENDING = MessageStatus.PENDING.value
+FAILED = MessageStatus.FAILED.value
+PUBLISHED = MessageStatus.PUBLISHED.value
+
+
+def message_values(message: NewMessage, *, created_at: datetime) -> dict[str, Any]:
+    """Column values of a new ``pending`` row."""
+    return {
+        "task_id": message.task_id,
+        "task_name": message.task_name,
+        "payload": message.payload,
+        "options": dict(message.options),
+        "status": PENDING,
+        "available_at": message.available_at,
+        "attempts": 0,
+        "last_error": "",
+        "locked_until": None,
+        "created_at": created_at,
+        "published_at": None,
+    }
+
+
+def insert_pending(conn: Connection, table: Table, values: Mapping[str, Any]) -> int | None:
+    """Insert a pending row unless one with its ``task_id`` exists; its id, or ``None``."""
+    # A literal, not a parameter: PostgreSQL infers the partial index from the
+    # predicate, which a prepared (generic) plan would not know.
+    pending = table.c.status == literal_column(f"'{PENDING}'")
+    dialect = conn.dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        # The partial unique index decides, atomically, without aborting the
+        # caller's transaction on a duplicate.
+        # The index predicate is rendered inline: a bound parameter cannot be matched
+        # to the partial index once psycopg prepares the statement (5th execution).
+        inline = table.c.status == literal(PENDING, literal_execute=True)
+        make = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        stmt = (
+            make(table)
+            .values(values)
+            .on_conflict_do_nothing(index_elements=[table.c.task_id], index_where=inline)
+            .returning(table.c.id)
+        )
+        found: int | None = conn.execute(stmt).scalar_one_or_none()
+        return found
+    # MySQL/MariaDB have no partial index: a check in code (documented as racy).
+    duplicate = select(table.c.id).where(table.c.task_id == values["task_id"], pending)
+    if conn.execute(duplicate.limit(1)).first() is not None:
+        return None
+    return inserted_id(conn.execute(insert(table).values(values)))
+
+
+def inserted_id(result: CursorResult[Any]) -> int:
+    """The primary key of the row an ``INSERT`` wrote."""
+    key = result.inserted_primary_key
+    if key is None:  # pragma: no cover - every insert here writes one row
+        raise RuntimeError("celery-outbox: the INSERT returned no primary key.")
+    return int(key[0])
+
+
+def due(table: Table, now: datetime) -> ColumnElement[bool]:
+    """Pending, due at ``now`` and not leased by anyone."""
+    c = table.c
+    return and_(
+        c.status == PENDING,
+        c.available_at <= now,
+        or_(c.locked_until.is_(None), c.locked_until <= now),
+    )
+
+
+def lease(
+    conn: Connection, table: Table, candidates: Select[Any], *, lease_until: datetime
+) -> list[StoredMessage]:
+    """Lease the rows ``candidates`` selects (it locks them where it can); return them."""
+    c = table.c
+    if conn.dialect.update_returning:
+        chosen = candidates.with_only_columns(c.id).cte("celery_outbox_claim")
+        stmt = (
+            update(table)
+            .where(c.id.in_(select(chosen.c.id)))
+            .values(locked_until=lease_until)
+            .returning(*c)
+        )
+        rows = conn.execute(stmt).mappings().all()
+        messages = [to_message(row) for row in rows]
+    else:
+        rows = conn.execute(candidates).mappings().all()
+        ids = [row["id"] for row in rows]
+        if ids:
+            conn.execute(update(table).where(c.id.in_(ids)).values(locked_until=lease_until))
+        messages = [to_message({**row, "locked_until": lease_until}) for row in rows]
+    return sorted(messages, key=lambda m: (m.available_at, m.id))
+
+
+def fenced(table: Table, ids: Sequence[int], lease_until: datetime) -> ColumnElement[bool]:
+    """The claimed rows in ``ids`` whose lease is still ``lease_until``."""
+    c = table.c
+    return and_(c.id.in_(ids), c.locked_until == lease_until, c.status == PENDING)
+
+
+def mark_published(
+    conn: Connection, table: Table, where: ColumnElement[bool], *, now: datetime, keep: bool
+) -> int:
+    """Delete the rows, or with ``keep`` mark them ``published``; how many changed."""
+    if keep:
+        stmt = (
+            update(table).where(where).values(status=PUBLISHED, published_at=now, locked_until=None)
+        )
+        return conn.execute(stmt).rowcount
+    return conn.execute(delete(table).where(where)).rowcount
+
+
+def record_failure(
+    conn: Connection,
+    table: Table,
+    where: ColumnElement[bool],
+    *,
+    error: str,
+    retry_at: datetime | None,
+    max_attempts: int,
+) -> int:
+    """Count one failed attempt and release the rows; how many changed."""
+    c = table.c
+    status: Any = FAILED
+    available_at: Any = c.available_at  # a failed row keeps its due time
+    if retry_at is not None:
+        gives_up = c.attempts + 1 >= max_attempts
+        status = case((gives_up, FAILED), else_=PENDING)
+        retry = literal(retry_at, type_=c.available_at.type)
+        available_at = case((gives_up, c.available_at), else_=retry)
+    stmt = (
+        update(table)
+        .where(where)
+        .ordered_values(
+            (c.status, status),
+            (c.available_at, available_at),
+            (c.last_error, error),
+            (c.locked_until, None),
+            (c.attempts, c.attempts + 1),
+        )
+    )
+    return conn.execute(stmt).rowcount
+
+
+def reset(conn: Connection, table: Table, ids: Iterable[int], *, now: datetime) -> int:
+    """Make rows pending and due now (see ``OutboxStore.reset``); how many changed."""
+    c = table.c
+    rows = conn.execute(
+        select(c.id, c.task_id, c.status)
+        .where(c.id.in_(list(ids)), c.status.in_([PENDING, FAILED]))
+        .order_by(c.id)
+    ).all()
+    if not rows:
+        return 0
+    pending_tasks = set(
+        conn.execute(
+            select(c.task_id).where(c.task_id.in_({r.task_id for r in rows}), c.status == PENDING)
+        ).scalars()
+    )
+    chosen: dict[str, int] = {}
+    for row in rows:
+        if row.status == PENDING:
+            chosen[row.task_id] = row.id
+        elif row.task_id not in pending_tasks:
+            # At most one pending row per task id: the first failed row wins.
+            chosen.setdefault(row.task_id, row.id)
+    stmt = (
+        update(table)
+        .where(c.id.in_(list(chosen.values())))
+        .ordered_values(
+            (c.attempts, case((c.status == FAILED, 0), else_=c.attempts)),
+            (c.status, PENDING),
+            (c.available_at, now),
+            (c.locked_until, None),
+        )
+    )
+    return conn.execute(stmt).rowcount
+
+
+def purge(
+    conn: Connection, table: Table, *, statuses: Iterable[str], older_than: datetime, limit: int
+) -> int:
+    """Delete up to ``limit`` rows in ``statuses`` created before ``older_than``."""
+    c = table.c
+    where = and_(c.status.in_(list(statuses)), c.created_at < older_than)
+    ids = conn.execute(select(c.id).where(where).order_by(c.id).limit(limit)).scalars().all()
+    if not ids:
+        return 0
+    return conn.execute(delete(table).where(c.id.in_(ids), where)).rowcount
+
+
+def count_by_status(conn: Connection, table: Table) -> dict[MessageStatus, int]:
+    """Rows per status, every status listed."""
+    counts = dict.fromkeys(MessageStatus, 0)
+    stmt = select(table.c.status, func.count()).group_by(table.c.status)
+    for status, count in conn.execute(stmt).all():
+        counts[MessageStatus(status)] = count
+    return counts
+
+
+def record_delivery(conn: Connection, table: Table, task_id: str, *, now: datetime) -> int:
+    """Count one more delivery of ``task_id`` (the first recorded one is the 2nd)."""
+    c = table.c
+    dialect = conn.dialect.name
+    values = {"task_id": task_id, "deliveries": 2, "updated_at": now}
+    bump = {"deliveries": c.deliveries + 1, "updated_at": now}
+    if dialect in ("postgresql", "sqlite"):
+        make = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        upsert = make(table).values(values)
+        stmt = upsert.on_conflict_do_update(index_elements=[c.task_id], set_=bump)
+        return int(conn.execute(stmt.returning(c.deliveries)).scalar_one())
+    conn.execute(mysql.insert(table).values(values).on_duplicate_key_update(bump))
+    return int(conn.execute(select(c.deliveries).where(c.task_id == task_id)).scalar_one())
+
+
+def to_message(row: Mapping[Any, Any]) -> StoredMessage:
+    """A ``StoredMessage`` from a row of the outbox table."""
+    return StoredMessage(
+        id=row["id"],
+        task_id=row["task_id"],
+        task_name=row["task_name"],
+        payload=row["payload"],
+        options=row["options"],
+        available_at=row["available_at"],
+        status=MessageStatus(row["status"]),
+        attempts=row["attempts"],
+        last_error=row["last_error"],
+        locked_until=row["locked_until"],
+        created_at=row["created_at"],
+        published_at=row["published_at"],
+    )
+
+
+def has_skip_locked(conn: Connection) -> bool:
+    """``SELECT ... FOR UPDATE SKIP LOCKED``: PostgreSQL, MySQL 8, MariaDB 10.6+."""
+    dialect = conn.dialect
+    if dialect.name == "postgresql":
+        return True
+    if dialect.name not in ("mysql", "mariadb"):
+        return False  # SQLite: one writer at a time; the UPDATE ... RETURNING is atomic.
+    version = dialect.server_version_info or ()
+    mariadb = bool(getattr(dialect, "is_mariadb", False))
+    return version >= ((10, 6) if mariadb else (8, 0, 1))

@@ -1,0 +1,297 @@
+"""``SQLAlchemyOutboxStore``: the outbox in any database SQLAlchemy speaks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, select
+from sqlalchemy.orm import Session, scoped_session
+
+from celery_outbox.clock import Clock, utcnow
+from celery_outbox.records import (
+    Claim,
+    MessageStatus,
+    NewDeadLetter,
+    NewMessage,
+    StoredDeadLetter,
+)
+from celery_outbox.sqlalchemy import letters, transactions
+from celery_outbox.sqlalchemy import statements as sql
+from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
+from celery_outbox.sqlalchemy.tables import (
+    OutboxTables,
+    dead_letter_table,
+    delivery_table,
+    outbox_table,
+)
+from celery_outbox.storage import OutboxStore, PublishCallback
+
+
+class SQLAlchemyOutboxStore(OutboxStore):
+    """The outbox store for SQLAlchemy applications (Flask, FastAPI, scripts).
+
+    Dispatches join the caller's ``Session`` transaction, found in this order: a
+    session bound with :meth:`bind_session` in the current context; the current
+    session of ``scoped_session`` if it is in a transaction; otherwise none, and the
+    row is committed at once through ``engine``. The relay's work (claims, marks,
+    failures) and maintenance always use short transactions of their own on
+    ``engine``.
+
+    Parameters
+    ----------
+    engine
+        The database holding the tables (create them with ``metadata.create_all`` or
+        your migrations). Sessions bound to this store must write to the same database.
+    scoped_session
+        Optional ``scoped_session`` (Flask-SQLAlchemy's ``db.session``) whose current
+        session receives dispatches made while it is in a transaction.
+    tables
+        The tables, when you defined them on your own ``MetaData`` with
+        :func:`~celery_outbox.sqlalchemy.define_tables`.
+    clock
+        Gives ``created_at`` of new rows.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        scoped_session: scoped_session[Any] | None = None,
+        tables: OutboxTables | None = None,
+        clock: Clock = utcnow,
+    ) -> None:
+        self.engine = engine
+        self.scoped_session = scoped_session
+        self.tables = tables or OutboxTables(outbox_table, dead_letter_table, delivery_table)
+        self.clock = clock
+        self._bound: ContextVar[Session | None] = ContextVar(
+            f"celery_outbox_session_{id(self)}", default=None
+        )
+
+    # -- the caller's transaction -------------------------------------------------
+    @contextmanager
+    def bind_session(self, session: Session) -> Iterator[Session]:
+        """Within this block, dispatches in this context write to ``session``.
+
+        The rows are part of the session's transaction (it begins one if needed) and
+        are published after it commits; a rollback, or the rollback of the savepoint
+        they were written in, discards them.
+        """
+        token = self._bound.set(session)
+        try:
+            yield session
+        finally:
+            self._bound.reset(token)
+
+    def current_session(self) -> Session | None:
+        """The session dispatches write to now, or ``None`` (they commit at once)."""
+        session = self._bound.get()
+        if session is not None:
+            return session
+        scoped = self.scoped_session
+        if scoped is not None and scoped.registry.has():
+            current = scoped()
+            return current if current.in_transaction() else None
+        return None
+
+    @contextmanager
+    def _caller_transaction(self) -> Iterator[Connection]:
+        session = self.current_session()
+        if session is not None:
+            yield session.connection(bind_arguments={"clause": self.tables.outbox})
+            return
+        with self.engine.begin() as conn:
+            yield conn
+
+    def _in_transaction(self) -> Session | None:
+        session = self.current_session()
+        return session if session is not None and session.in_transaction() else None
+
+    # -- dispatch -------------------------------------------------------------------
+    def add(self, message: NewMessage, *, using: str | None = None) -> int | None:
+        values = sql.message_values(message, created_at=self.clock())
+        with store_errors("add an outbox row"), self._caller_transaction() as conn:
+            return sql.insert_pending(conn, self.tables.outbox, values)
+
+    def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
+        session = self._in_transaction()
+        if session is None:
+            callback()
+        else:
+            transactions.on_commit(session, callback)
+
+    def defer_publish(
+        self, message_id: int, publish: PublishCallback, *, using: str | None = None
+    ) -> None:
+        session = self._in_transaction()
+        if session is None:
+            publish((message_id,))
+        else:
+            transactions.defer_publish(session, message_id, publish)
+
+    # -- publishing and sweeping ----------------------------------------------------
+    def claim(
+        self, ids: Iterable[int], *, now: datetime, lease_until: datetime, using: str | None = None
+    ) -> Claim:
+        require_aware(now=now, lease_until=lease_until)
+        wanted = list(ids)
+        if not wanted:
+            return Claim(messages=(), lease_until=lease_until)
+        t = self.tables.outbox
+        return self._lease(
+            select(t).where(t.c.id.in_(wanted), sql.due(t, now)), lease_until=lease_until
+        )
+
+    def claim_due(
+        self,
+        *,
+        now: datetime,
+        created_before: datetime,
+        limit: int,
+        lease_until: datetime,
+        using: str | None = None,
+    ) -> Claim:
+        require_aware(now=now, created_before=created_before, lease_until=lease_until)
+        t = self.tables.outbox
+        candidates = (
+            select(t)
+            .where(sql.due(t, now), t.c.created_at <= created_before)
+            .order_by(t.c.available_at, t.c.id)
+            .limit(limit)
+        )
+        return self._lease(candidates, lease_until=lease_until)
+
+    def _lease(self, candidates: Any, *, lease_until: datetime) -> Claim:
+        with store_errors("claim outbox rows"), self.engine.begin() as conn:
+            if sql.has_skip_locked(conn):
+                candidates = candidates.with_for_update(skip_locked=True)
+            messages = sql.lease(conn, self.tables.outbox, candidates, lease_until=lease_until)
+        return Claim(messages=tuple(messages), lease_until=lease_until)
+
+    def mark_published(
+        self,
+        claim: Claim,
+        ids: Sequence[int],
+        *,
+        now: datetime,
+        keep: bool,
+        using: str | None = None,
+    ) -> int:
+        require_aware(now=now)
+        if not ids:
+            return 0
+        where = sql.fenced(self.tables.outbox, ids, claim.lease_until)
+        with store_errors("mark outbox rows published"), self.engine.begin() as conn:
+            return sql.mark_published(conn, self.tables.outbox, where, now=now, keep=keep)
+
+    def record_failure(
+        self,
+        claim: Claim,
+        ids: Sequence[int],
+        *,
+        error: str,
+        retry_at: datetime | None,
+        max_attempts: int,
+        using: str | None = None,
+    ) -> int:
+        require_aware(retry_at=retry_at)
+        if not ids:
+            return 0
+        where = sql.fenced(self.tables.outbox, ids, claim.lease_until)
+        with store_errors("record a failed publish"), self.engine.begin() as conn:
+            return sql.record_failure(
+                conn,
+                self.tables.outbox,
+                where,
+                error=error,
+                retry_at=retry_at,
+                max_attempts=max_attempts,
+            )
+
+    def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:
+        require_aware(now=now)
+        wanted = list(ids)
+        if not wanted:
+            return 0
+        with store_errors("reset outbox rows"), self.engine.begin() as conn:
+            return sql.reset(conn, self.tables.outbox, wanted, now=now)
+
+    def count_by_status(self, *, using: str | None = None) -> Mapping[MessageStatus, int]:
+        with store_errors("count outbox rows"), self.engine.connect() as conn:
+            return sql.count_by_status(conn, self.tables.outbox)
+
+    def oldest_pending(self, *, using: str | None = None) -> datetime | None:
+        t = self.tables.outbox
+        stmt = select(t.c.created_at).where(t.c.status == sql.PENDING)
+        with store_errors("read the oldest pending row"), self.engine.connect() as conn:
+            oldest: datetime | None = conn.execute(stmt.order_by(t.c.created_at).limit(1)).scalar()
+        return oldest
+
+    def purge(
+        self,
+        *,
+        statuses: Iterable[MessageStatus],
+        older_than: datetime,
+        limit: int,
+        using: str | None = None,
+    ) -> int:
+        require_aware(older_than=older_than)
+        values = [MessageStatus(s).value for s in statuses]
+        if not values or limit < 1:
+            return 0
+        with store_errors("purge outbox rows"), self.engine.begin() as conn:
+            return sql.purge(
+                conn, self.tables.outbox, statuses=values, older_than=older_than, limit=limit
+            )
+
+    # -- deliveries -----------------------------------------------------------------
+    def record_delivery(self, task_id: str, *, now: datetime, using: str | None = None) -> int:
+        require_aware(now=now)
+        with store_errors("count a delivery"), self.engine.begin() as conn:
+            return sql.record_delivery(conn, self.tables.delivery, task_id, now=now)
+
+    def forget_deliveries(self, task_id: str, *, using: str | None = None) -> None:
+        t = self.tables.delivery
+        with store_errors("forget deliveries"), self.engine.begin() as conn:
+            conn.execute(t.delete().where(t.c.task_id == task_id))
+
+    # -- dead letters ---------------------------------------------------------------
+    def add_dead_letter(self, letter: NewDeadLetter, *, using: str | None = None) -> int:
+        with store_errors("write a dead letter"), self._caller_transaction() as conn:
+            return letters.insert(conn, self.tables.dead_letter, letter)
+
+    def get_dead_letter(
+        self, letter_id: int, *, using: str | None = None
+    ) -> StoredDeadLetter | None:
+        with store_errors("read a dead letter"), self._caller_transaction() as conn:
+            return letters.get(conn, self.tables.dead_letter, letter_id)
+
+    def requeue_dead_letter(
+        self,
+        letter_id: int,
+        message: NewMessage,
+        *,
+        by: str,
+        now: datetime,
+        using: str | None = None,
+    ) -> tuple[str, int | None]:
+        require_aware(now=now)
+        values = sql.message_values(message, created_at=self.clock())
+        with store_errors("requeue a dead letter"), self._caller_transaction() as conn:
+            return letters.requeue(
+                conn,
+                self.tables.dead_letter,
+                self.tables.outbox,
+                letter_id,
+                message=values,
+                by=by,
+                now=now,
+            )
+
+    def discard_dead_letter(self, letter_id: int, *, using: str | None = None) -> bool:
+        with store_errors("discard a dead letter"), self._caller_transaction() as conn:
+            return letters.discard(conn, self.tables.dead_letter, letter_id)

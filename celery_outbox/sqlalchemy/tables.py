@@ -1,0 +1,122 @@
+"""The outbox and dead-letter tables, as SQLAlchemy Core ``Table`` objects.
+
+They mirror ``django_outbox.models`` column for column (a parity test checks), so a
+Django project and a SQLAlchemy service can share one database. Hand :data:`metadata`
+to Alembic's ``target_metadata``, or put the tables on your own ``MetaData`` with
+:func:`define_tables`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from sqlalchemy import Column, Index, Integer, MetaData, String, Table, Text
+
+from celery_outbox.records import (
+    DEAD_LETTER_TABLE,
+    DELIVERY_TABLE,
+    OUTBOX_TABLE,
+    DeadLetterStatus,
+    MessageStatus,
+)
+from celery_outbox.sqlalchemy.types import BigIdType, JSONType, UTCDateTime
+
+#: Name of the partial unique index making ``task_id`` an idempotency key of pending rows.
+PENDING_TASK_INDEX = "celery_outbox_pending_task_uniq"
+
+#: Dialects with partial indexes; elsewhere (MySQL, MariaDB) the store checks in code.
+PARTIAL_INDEX_DIALECTS = ("postgresql", "sqlite")
+
+
+class OutboxTables(NamedTuple):
+    """The tables of one ``MetaData``."""
+
+    outbox: Table
+    dead_letter: Table
+    delivery: Table
+
+
+def define_tables(metadata: MetaData) -> OutboxTables:
+    """Add the outbox, dead-letter and delivery tables to ``metadata``; return them.
+
+    Parameters
+    ----------
+    metadata
+        Usually your application's own ``MetaData``, so that Alembic's autogenerate
+        sees the tables next to yours. Its naming convention does not apply: every
+        index is named explicitly, as the Django migrations name them.
+    """
+    return OutboxTables(
+        _outbox_table(metadata), _dead_letter_table(metadata), _delivery_table(metadata)
+    )
+
+
+def _outbox_table(metadata: MetaData) -> Table:
+    table = Table(
+        OUTBOX_TABLE,
+        metadata,
+        Column("id", BigIdType, primary_key=True, autoincrement=True),
+        Column("task_id", String(255), nullable=False),
+        Column("task_name", String(255), nullable=False),
+        Column("payload", Text, nullable=False),
+        Column("options", JSONType, nullable=False),
+        Column("status", String(16), nullable=False, default=MessageStatus.PENDING.value),
+        Column("available_at", UTCDateTime, nullable=False),
+        Column("attempts", Integer, nullable=False, default=0),
+        Column("last_error", Text, nullable=False, default=""),
+        Column("locked_until", UTCDateTime, nullable=True),
+        Column("created_at", UTCDateTime, nullable=False),
+        Column("published_at", UTCDateTime, nullable=True),
+        Index("celery_outbox_due_idx", "status", "available_at"),
+        Index("celery_outbox_task_id_idx", "task_id"),
+    )
+    pending = table.c.status == MessageStatus.PENDING.value
+    Index(
+        PENDING_TASK_INDEX,
+        table.c.task_id,
+        unique=True,
+        postgresql_where=pending,
+        sqlite_where=pending,
+    ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS)  # type: ignore[arg-type]  # a tuple is documented
+    return table
+
+
+def _dead_letter_table(metadata: MetaData) -> Table:
+    return Table(
+        DEAD_LETTER_TABLE,
+        metadata,
+        Column("id", BigIdType, primary_key=True, autoincrement=True),
+        Column("task_id", String(255), nullable=False),
+        Column("task_name", String(255), nullable=False),
+        Column("args", JSONType, nullable=False),
+        Column("kwargs", JSONType, nullable=False),
+        Column("options", JSONType, nullable=False),
+        Column("exception_type", String(255), nullable=False),
+        Column("exception_message", Text, nullable=False),
+        Column("traceback", Text, nullable=False),
+        Column("retries", Integer, nullable=False),
+        Column("first_failed_at", UTCDateTime, nullable=False),
+        Column("failed_at", UTCDateTime, nullable=False),
+        Column("status", String(16), nullable=False, default=DeadLetterStatus.DEAD.value),
+        Column("requeued_at", UTCDateTime, nullable=True),
+        Column("requeued_by", String(150), nullable=False, default=""),
+        Column("requeued_task_id", String(255), nullable=False, default=""),
+        Index("celery_outbox_dl_task_id_idx", "task_id"),
+        Index("celery_outbox_dl_status_failed_idx", "status", "failed_at"),
+    )
+
+
+def _delivery_table(metadata: MetaData) -> Table:
+    # One row per task message delivered more than once and not yet finished.
+    return Table(
+        DELIVERY_TABLE,
+        metadata,
+        Column("task_id", String(255), primary_key=True),
+        Column("deliveries", Integer, nullable=False),
+        Column("updated_at", UTCDateTime, nullable=False),
+    )
+
+
+#: The library's own ``MetaData``, holding the tables.
+metadata = MetaData()
+outbox_table, dead_letter_table, delivery_table = define_tables(metadata)

@@ -1,0 +1,124 @@
+"""Run callbacks after a ``Session`` commits: Django's ``on_commit`` for SQLAlchemy.
+
+A callback belongs to the innermost transaction open when it was registered: the
+session's savepoint (``begin_nested``) or its root transaction. A released savepoint
+hands its callbacks to its parent; a rolled-back one drops them. When the root
+transaction commits, the callbacks run in order once the session has closed that
+transaction (so they may use the engine, and the session's connection is back in
+the pool); on rollback they are dropped.
+
+The state lives in ``Session.info``, and the listeners are attached to each session
+once, so sessions from any ``sessionmaker`` (or none) work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session, SessionTransaction
+
+from celery_outbox.storage import PublishCallback
+
+_INFO_KEY = "celery_outbox.after_commit"
+
+Callback = Callable[[], None]
+
+
+@dataclass
+class _SessionCallbacks:
+    #: Callbacks by the transaction (root or savepoint) they were registered in.
+    pending: dict[SessionTransaction, list[Callback]] = field(default_factory=dict)
+    #: Callbacks of a committed root transaction, run once it has closed.
+    ready: list[Callback] = field(default_factory=list)
+    #: Row ids deferred in the root transaction, one batch per publish callback.
+    batches: dict[PublishCallback, list[int]] = field(default_factory=dict)
+
+
+def on_commit(session: Session, callback: Callback, *, root: bool = False) -> None:
+    """Run ``callback`` after ``session``'s root transaction commits.
+
+    The session must be in a transaction. With ``root``, the callback survives the
+    rollback of the savepoint it was registered in (it is tied to the root).
+    """
+    transaction = _root(session) if root else _innermost(session)
+    _callbacks(session).pending.setdefault(transaction, []).append(callback)
+
+
+def defer_publish(session: Session, message_id: int, publish: PublishCallback) -> None:
+    """Add ``message_id`` to the batch ``publish`` receives after the root commit.
+
+    The first id of a batch registers one callback on the root transaction, so a
+    rolled-back savepoint cannot drop the batch of its parent; ids of rows written in
+    such a savepoint stay listed, and the relay's claim skips them (they do not exist).
+    """
+    state = _callbacks(session)
+    ids = state.batches.get(publish)
+    if ids is None:
+        ids = state.batches[publish] = []
+        batch = ids
+
+        def run() -> None:
+            publish(tuple(batch))
+
+        on_commit(session, run, root=True)
+    ids.append(message_id)
+
+
+def _innermost(session: Session) -> SessionTransaction:
+    transaction = session.get_nested_transaction() or session.get_transaction()
+    if transaction is None:
+        raise RuntimeError("celery-outbox: the session is not in a transaction.")
+    return transaction
+
+
+def _root(session: Session) -> SessionTransaction:
+    transaction = session.get_transaction()
+    if transaction is None:
+        raise RuntimeError("celery-outbox: the session is not in a transaction.")
+    return transaction
+
+
+def _callbacks(session: Session) -> _SessionCallbacks:
+    state: _SessionCallbacks | None = session.info.get(_INFO_KEY)
+    if state is None:
+        state = session.info[_INFO_KEY] = _SessionCallbacks()
+        event.listen(session, "after_commit", _after_commit)
+        event.listen(session, "after_transaction_end", _after_transaction_end)
+    return state
+
+
+def _boundary(transaction: SessionTransaction | None) -> SessionTransaction | None:
+    # The nearest enclosing savepoint or root; skips the flush's internal subtransactions.
+    while transaction is not None and not (transaction.nested or transaction.parent is None):
+        transaction = transaction.parent
+    return transaction
+
+
+def _after_commit(session: Session) -> None:
+    # Fired for the root COMMIT and for each RELEASE SAVEPOINT, before the
+    # transaction closes: the innermost transaction is the one that committed.
+    state: _SessionCallbacks = session.info[_INFO_KEY]
+    savepoint = session.get_nested_transaction()
+    if savepoint is None:
+        root = session.get_transaction()
+        state.ready.extend(state.pending.pop(root, []) if root is not None else [])
+        return
+    callbacks = state.pending.pop(savepoint, [])
+    parent = _boundary(savepoint.parent)
+    if callbacks and parent is not None:
+        state.pending.setdefault(parent, []).extend(callbacks)
+
+
+def _after_transaction_end(session: Session, transaction: SessionTransaction) -> None:
+    state: _SessionCallbacks = session.info[_INFO_KEY]
+    # Callbacks still listed under a closing transaction were not committed: drop them.
+    state.pending.pop(transaction, None)
+    if transaction.parent is not None:
+        return
+    ready, state.ready = state.ready, []
+    state.pending.clear()
+    state.batches.clear()
+    for callback in ready:
+        callback()

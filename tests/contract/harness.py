@@ -1,0 +1,140 @@
+"""One harness per store: the store, its transactions, and how to empty it.
+
+The contract tests only talk to :class:`Harness`, so every store is held to the same
+tests. A harness's ``transaction()`` commits when its block ends and rolls back when
+the block raises; ``savepoint()`` is a nested transaction inside it.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from celery_outbox.storage import OutboxStore
+
+T = TypeVar("T")
+
+
+class Harness(abc.ABC):
+    """A store under test and the transactions of its world."""
+
+    #: Whether claims from several threads really run concurrently (real databases).
+    concurrent: bool = True
+
+    def __init__(self, store: OutboxStore) -> None:
+        self.store = store
+
+    @abc.abstractmethod
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """An outermost transaction: commits at the end, rolls back if the block raises."""
+
+    @abc.abstractmethod
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A savepoint inside the current :meth:`transaction`."""
+
+    @abc.abstractmethod
+    def clear(self) -> None:
+        """Delete every outbox row and dead letter."""
+
+    def in_thread(self, work: Callable[[], T]) -> T:
+        """Run ``work`` as a thread's body (and release what the thread opened)."""
+        return work()
+
+
+class MemoryHarness(Harness):
+    """``celery_outbox.testing.InMemoryOutboxStore``."""
+
+    def __init__(self) -> None:
+        from celery_outbox.testing import InMemoryOutboxStore
+
+        self.memory = InMemoryOutboxStore()
+        super().__init__(self.memory)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self.memory.atomic():
+            yield
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        with self.memory.atomic():
+            yield
+
+    def clear(self) -> None:
+        self.memory.rows.clear()
+        self.memory.letters.clear()
+        self.memory.deliveries.clear()
+
+
+class SQLAlchemyHarness(Harness):
+    """``celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`` with ``Session`` transactions."""
+
+    def __init__(self, engine: Any) -> None:
+        from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
+
+        self.engine = engine
+        self.sa_store = SQLAlchemyOutboxStore(engine=engine)
+        self._session: Any = None
+        super().__init__(self.sa_store)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        from sqlalchemy.orm import Session
+
+        with Session(self.engine) as session, session.begin(), self.sa_store.bind_session(session):
+            self._session = session
+            yield
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        with self._session.begin_nested():
+            yield
+
+    def clear(self) -> None:
+        from celery_outbox.sqlalchemy import dead_letter_table, delivery_table, outbox_table
+
+        with self.engine.begin() as conn:
+            conn.execute(outbox_table.delete())
+            conn.execute(delivery_table.delete())
+            conn.execute(dead_letter_table.delete())
+
+
+class DjangoHarness(Harness):
+    """``django_outbox.store.DjangoOutboxStore`` with ``transaction.atomic``."""
+
+    def __init__(self) -> None:
+        from django_outbox.store import DjangoOutboxStore
+
+        super().__init__(DjangoOutboxStore())
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        from django.db import transaction
+
+        with transaction.atomic():
+            yield
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        from django.db import transaction
+
+        with transaction.atomic():
+            yield
+
+    def clear(self) -> None:
+        from django_outbox.models import DeadLetter, OutboxMessage
+
+        OutboxMessage.objects.all().delete()
+        DeadLetter.objects.all().delete()
+
+    def in_thread(self, work: Callable[[], T]) -> T:
+        from django.db import connections
+
+        try:
+            return work()
+        finally:
+            connections.close_all()

@@ -1,0 +1,131 @@
+"""Dead letters (write, read, requeue, discard) and delivery counts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+
+from celery_outbox.records import DeadLetterStatus, MessageStatus
+from tests.contract.factories import (
+    FAR_FUTURE,
+    LEASE,
+    NOW,
+    new_dead_letter,
+    new_message,
+    rolled_back,
+)
+from tests.contract.harness import Harness
+
+
+def test_a_dead_letter_reads_back_as_written(harness: Harness) -> None:
+    letter = new_dead_letter()
+    letter_id = harness.store.add_dead_letter(letter)
+
+    stored = harness.store.get_dead_letter(letter_id)
+
+    assert stored is not None
+    assert stored.id == letter_id
+    assert {k: v for k, v in asdict(stored).items() if k in asdict(letter)} == asdict(letter)
+    assert (stored.status, stored.requeued_at, stored.requeued_by, stored.requeued_task_id) == (
+        DeadLetterStatus.DEAD,
+        None,
+        "",
+        "",
+    )
+
+
+def test_an_unknown_dead_letter_is_none(harness: Harness) -> None:
+    assert harness.store.get_dead_letter(10**12) is None
+
+
+def test_a_dead_letter_written_in_a_rolled_back_transaction_is_gone(harness: Harness) -> None:
+    with rolled_back(harness.transaction):
+        letter_id = harness.store.add_dead_letter(new_dead_letter())
+
+    assert harness.store.get_dead_letter(letter_id) is None
+
+
+def test_requeue_adds_a_pending_row_and_marks_the_letter(harness: Harness) -> None:
+    letter_id = harness.store.add_dead_letter(new_dead_letter())
+    message = new_message(task_id="fresh-id")
+
+    task_id, row_id = harness.store.requeue_dead_letter(letter_id, message, by="alice", now=NOW)
+
+    assert task_id == "fresh-id"
+    assert row_id is not None
+    letter = harness.store.get_dead_letter(letter_id)
+    assert letter is not None
+    assert (letter.status, letter.requeued_at, letter.requeued_by, letter.requeued_task_id) == (
+        DeadLetterStatus.REQUEUED,
+        NOW,
+        "alice",
+        "fresh-id",
+    )
+    claim = harness.store.claim_due(
+        now=NOW, created_before=FAR_FUTURE, limit=10, lease_until=NOW + LEASE
+    )
+    assert [(m.id, m.task_id) for m in claim.messages] == [(row_id, "fresh-id")]
+
+
+def test_requeue_twice_makes_one_row_and_returns_the_first_task_id(harness: Harness) -> None:
+    letter_id = harness.store.add_dead_letter(new_dead_letter())
+    first = harness.store.requeue_dead_letter(
+        letter_id, new_message(task_id="one"), by="a", now=NOW
+    )
+
+    again = harness.store.requeue_dead_letter(
+        letter_id, new_message(task_id="two"), by="b", now=NOW
+    )
+
+    assert again == ("one", None)
+    assert first[0] == "one"
+    assert harness.store.count_by_status()[MessageStatus.PENDING] == 1
+
+
+def test_requeue_in_a_rolled_back_transaction_changes_nothing(harness: Harness) -> None:
+    letter_id = harness.store.add_dead_letter(new_dead_letter())
+    with rolled_back(harness.transaction):
+        harness.store.requeue_dead_letter(letter_id, new_message(), by="a", now=NOW)
+
+    letter = harness.store.get_dead_letter(letter_id)
+    assert letter is not None
+    assert letter.status is DeadLetterStatus.DEAD
+    assert harness.store.count_by_status()[MessageStatus.PENDING] == 0
+
+
+def test_requeue_of_an_unknown_letter_raises_lookup_error(harness: Harness) -> None:
+    with pytest.raises(LookupError):
+        harness.store.requeue_dead_letter(10**12, new_message(), by="a", now=NOW)
+
+
+def test_discard_marks_a_dead_letter_once(harness: Harness) -> None:
+    letter_id = harness.store.add_dead_letter(new_dead_letter())
+
+    assert harness.store.discard_dead_letter(letter_id) is True
+    assert harness.store.discard_dead_letter(letter_id) is False
+    letter = harness.store.get_dead_letter(letter_id)
+    assert letter is not None
+    assert letter.status is DeadLetterStatus.DISCARDED
+    assert harness.store.requeue_dead_letter(letter_id, new_message(), by="a", now=NOW)[1] is None
+    assert harness.store.count_by_status()[MessageStatus.PENDING] == 0
+
+
+def test_discard_of_a_requeued_or_unknown_letter_is_false(harness: Harness) -> None:
+    letter_id = harness.store.add_dead_letter(new_dead_letter())
+    harness.store.requeue_dead_letter(letter_id, new_message(), by="a", now=NOW)
+
+    assert harness.store.discard_dead_letter(letter_id) is False
+    assert harness.store.discard_dead_letter(10**12) is False
+
+
+def test_deliveries_count_from_two_and_are_forgotten(harness: Harness) -> None:
+    store = harness.store
+    assert [store.record_delivery("t1", now=NOW) for _ in range(3)] == [2, 3, 4]
+    assert store.record_delivery("t2", now=NOW) == 2
+
+    store.forget_deliveries("t1")
+    store.forget_deliveries("never-seen")
+
+    assert store.record_delivery("t1", now=NOW) == 2
+    assert store.record_delivery("t2", now=NOW) == 3

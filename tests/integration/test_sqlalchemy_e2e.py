@@ -1,0 +1,146 @@
+"""End to end without Django: SQLAlchemy store on PostgreSQL, a real broker, a real worker.
+
+Dispatch in a session and commit: the worker runs the task (and sees the order the same
+transaction wrote). Roll back: nothing runs. Commit but never publish (a crash right
+after COMMIT): the sweeper publishes the row. A task that always fails: a dead letter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("sqlalchemy")
+
+from celery import Celery
+from sqlalchemy import Engine, insert, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from celery_outbox.config import OutboxConfig
+from celery_outbox.registry import relay_for
+from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table
+from celery_outbox.sweeper import Sweeper
+from tests.conftest import StartWorker
+from tests.integration.sqlalchemy_app import (
+    ALWAYS_FAILS,
+    RECORD,
+    create_app,
+    orders,
+    runs,
+)
+from tests.worker import wait_for
+
+APP_MODULE = "tests.integration.sqlalchemy_app"
+
+
+@dataclass
+class World:
+    app: Celery
+    engine: Engine
+    store: SQLAlchemyOutboxStore
+    output: Path
+
+    def dispatch(self, order_id: int, *, commit: bool = True) -> str:
+        """Write an order and dispatch ``record`` for it in one session transaction."""
+        with Session(self.engine) as session, self.store.bind_session(session):
+            session.execute(insert(orders).values(id=order_id, note="e2e"))
+            task_id = self.app.tasks[RECORD].delay(order_id).id
+            if commit:
+                session.commit()
+            else:
+                session.rollback()
+        return str(task_id)
+
+    def runs(self) -> list[dict[str, Any]]:
+        return runs(self.output)
+
+
+@pytest.fixture
+def world(
+    postgres_database_url: str,
+    broker_url: str,
+    broker_queue: str,
+    tmp_path: Path,
+    celery_worker_process: StartWorker,
+) -> Iterator[World]:
+    database = make_url(postgres_database_url).set(drivername="postgresql+psycopg")
+    url = database.render_as_string(hide_password=False)
+    output = tmp_path / "runs.jsonl"
+    app, engine, store = create_app(broker_url, broker_queue, url)
+    env = {
+        "OUTBOX_TEST_BROKER": broker_url,
+        "OUTBOX_TEST_QUEUE": broker_queue,
+        "OUTBOX_TEST_DATABASE": url,
+        "OUTBOX_TEST_OUTPUT": str(output),
+    }
+    celery_worker_process(APP_MODULE, queue=broker_queue, env=env)
+    yield World(app, engine, store, output)
+    relay_for(app).close()
+    app.close()
+    engine.dispose()
+
+
+def test_a_committed_dispatch_runs_and_sees_its_transaction(world: World) -> None:
+    task_id = world.dispatch(1)
+
+    wait_for(lambda: len(world.runs()) == 1, timeout=30, what="the task to run")
+    assert world.runs() == [{"task_id": task_id, "order_id": 1, "saw_order": True}]
+    assert world.store.oldest_pending() is None  # published and removed
+
+
+def test_a_rolled_back_dispatch_never_runs(world: World) -> None:
+    world.dispatch(2, commit=False)
+    after = world.dispatch(3)
+
+    wait_for(lambda: len(world.runs()) >= 1, timeout=30, what="the committed task to run")
+    assert [r["task_id"] for r in world.runs()] == [after]
+    assert world.store.oldest_pending() is None
+
+
+def test_a_row_never_published_after_commit_is_swept(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The process "dies" right after COMMIT: its on-commit publish never happens.
+    monkeypatch.setattr(world.store, "defer_publish", lambda *args, **kwargs: None)
+    task_id = world.dispatch(4)
+    assert world.store.oldest_pending() is not None
+    monkeypatch.undo()
+
+    sweeper = Sweeper(
+        app=world.app,
+        store=world.store,
+        relay=relay_for(world.app),
+        config=OutboxConfig.from_celery(world.app),
+    )
+    report = sweeper.sweep()
+
+    assert report.published == 1
+    wait_for(lambda: len(world.runs()) == 1, timeout=30, what="the swept task to run")
+    assert world.runs()[0]["task_id"] == task_id
+    assert world.store.oldest_pending() is None
+
+
+def test_an_always_failing_task_becomes_a_dead_letter(world: World) -> None:
+    with Session(world.engine) as session, world.store.bind_session(session):
+        task_id = world.app.tasks[ALWAYS_FAILS].delay(5).id
+        session.commit()
+
+    def letters() -> list[Any]:
+        with world.engine.connect() as conn:
+            return list(conn.execute(select(dead_letter_table)).mappings())
+
+    wait_for(lambda: len(letters()) == 1, timeout=60, what="the dead letter")
+    (letter,) = letters()
+    assert (letter["task_id"], letter["task_name"], letter["status"]) == (
+        task_id,
+        ALWAYS_FAILS,
+        "dead",
+    )
+    assert letter["exception_type"].endswith("Flaky")
+    assert letter["args"] == [5]
+    assert letter["retries"] == 2
