@@ -90,7 +90,8 @@ class OutboxStore(abc.ABC):
         using: str | None = None,
     ) -> Claim:
         """Lease up to ``limit`` pending rows due at ``now`` and created before
-        ``created_before`` (younger rows belong to their on-commit publisher).
+        ``created_before`` (younger rows may belong to their on-commit publisher), or
+        parked: due later than they were created (no on-commit publisher has them).
 
         Concurrent callers get disjoint rows (``SKIP LOCKED`` where the database has it).
         """

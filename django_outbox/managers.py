@@ -36,12 +36,13 @@ class OutboxMessageQuerySet(models.QuerySet["OutboxMessage"]):
     def due(self, now: datetime, created_before: datetime | None = None) -> Self:
         """Pending, unleased rows due at ``now``, oldest due first.
 
-        With ``created_before``, only rows created before it: younger rows belong to
-        their on-commit publisher.
+        With ``created_before``, only rows created before it, or parked (due after they
+        were created): younger rows may still belong to their on-commit publisher.
         """
         rows = self.pending().unleased(now).filter(available_at__lte=now)
         if created_before is not None:
-            rows = rows.filter(created_at__lte=created_before)
+            rows = rows.filter(models.Q(created_at__lte=created_before)
+                               | models.Q(available_at__gt=models.F("created_at")))
         return rows.order_by("available_at", "id")
 
     def leased_by(self, ids: Sequence[int], lease_until: datetime) -> Self:

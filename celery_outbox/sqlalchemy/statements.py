@@ -103,6 +103,13 @@ def due(table: Table, now: datetime) -> ColumnElement[bool]:
     )
 
 
+def past_grace(table: Table, created_before: datetime) -> ColumnElement[bool]:
+    """Created before ``created_before``, or parked (due after it was created): rows no
+    on-commit publisher may still hold."""
+    c = table.c
+    return or_(c.created_at <= created_before, c.available_at > c.created_at)
+
+
 def lease(
     conn: Connection, table: Table, candidates: Select[Any], *, lease_until: datetime
 ) -> list[StoredMessage]:

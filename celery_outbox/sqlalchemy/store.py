@@ -159,7 +159,7 @@ class SQLAlchemyOutboxStore(OutboxStore):
         t = self.tables.outbox
         candidates = (
             select(t)
-            .where(sql.due(t, now), t.c.created_at <= created_before)
+            .where(sql.due(t, now), sql.past_grace(t, created_before))
             .order_by(t.c.available_at, t.c.id)
             .limit(limit)
         )

@@ -78,7 +78,7 @@ def test_claim_due_takes_due_rows_oldest_first_up_to_the_limit(harness: Harness)
 
 
 def test_claim_due_leaves_young_rows_to_their_on_commit_publisher(harness: Harness) -> None:
-    add(harness)
+    add(harness, available_at=datetime.now(timezone.utc) - SECOND)  # due at once: fresh
     (created_at,) = {
         m.created_at for m in harness.store.claim([], now=NOW, lease_until=NOW).messages
     } or {harness.store.oldest_pending()}
@@ -314,3 +314,16 @@ def test_purge_deletes_old_rows_in_the_given_statuses_up_to_the_limit(harness: H
 def test_naive_datetimes_are_refused(harness: Harness, bad: datetime) -> None:
     with pytest.raises(ValueError, match="naive"):
         new_message(available_at=bad)
+
+
+def test_claim_due_does_not_hold_back_parked_rows_for_the_grace(harness: Harness) -> None:
+    # A parked retry (due after it was written) has no on-commit publisher to wait for.
+    real_now = datetime.now(timezone.utc)
+    parked = add(harness, available_at=real_now + 2 * SECOND)
+    fresh = add(harness, available_at=real_now - SECOND)
+    later = real_now + 3 * SECOND
+
+    claimed = ids(claim_due(harness, now=later, created_before=real_now - 60 * SECOND))
+
+    assert claimed == [parked]
+    assert fresh not in claimed
