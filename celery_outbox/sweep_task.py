@@ -37,8 +37,9 @@ def sweep_app(app: Celery) -> SweepReport:
         When the store fails.
     """
     relay = relay_for(app)
-    sweeper = Sweeper(app=app, store=store_for(app), relay=relay,
-                      config=OutboxConfig.from_celery(app))
+    sweeper = Sweeper(
+        app=app, store=store_for(app), relay=relay, config=OutboxConfig.from_celery(app)
+    )
     try:
         return sweeper.sweep_all()
     finally:
@@ -77,8 +78,9 @@ def install_sweep(app: Celery) -> Task[Any, Any]:
         """Publish the outbox rows their on-commit publisher left behind."""
         return sweep_app(app).as_dict()
 
-    task: Task[Any, Any] = app.task(name=SWEEP_TASK, shared=False, lazy=False,
-                                    ignore_result=True)(sweep)
+    task: Task[Any, Any] = app.task(name=SWEEP_TASK, shared=False, lazy=False, ignore_result=True)(
+        sweep
+    )
     add_beat_entry(app)
     return task
 

@@ -53,14 +53,22 @@ class SweepReport:
 
     def __add__(self, other: SweepReport) -> SweepReport:
         return SweepReport(
-            published=self.published + other.published, failed=self.failed + other.failed,
+            published=self.published + other.published,
+            failed=self.failed + other.failed,
             rescheduled=self.rescheduled + other.rescheduled,
-            batches=self.batches + other.batches, more=self.more or other.more)
+            batches=self.batches + other.batches,
+            more=self.more or other.more,
+        )
 
     def as_dict(self) -> dict[str, int | bool]:
         """The report as a JSON-ready mapping (the sweep task's result)."""
-        return {"published": self.published, "failed": self.failed,
-                "rescheduled": self.rescheduled, "batches": self.batches, "more": self.more}
+        return {
+            "published": self.published,
+            "failed": self.failed,
+            "rescheduled": self.rescheduled,
+            "batches": self.batches,
+            "more": self.more,
+        }
 
 
 class Sweeper:
@@ -83,8 +91,16 @@ class Sweeper:
         How long one :meth:`sweep` may keep claiming batches.
     """
 
-    def __init__(self, *, app: Celery, store: OutboxStore, relay: Relay, config: OutboxConfig,
-                 clock: Clock = utcnow, budget: timedelta = SWEEP_BUDGET) -> None:
+    def __init__(
+        self,
+        *,
+        app: Celery,
+        store: OutboxStore,
+        relay: Relay,
+        config: OutboxConfig,
+        clock: Clock = utcnow,
+        budget: timedelta = SWEEP_BUDGET,
+    ) -> None:
         self.app, self.store, self.relay, self.config = app, store, relay, config
         self.clock, self.budget = clock, budget
 
@@ -123,28 +139,41 @@ class Sweeper:
     def _claim(self, using: str | None) -> Claim:
         now = self.clock()
         return self.store.claim_due(
-            now=now, created_before=now - self.config.publish_grace,
-            limit=self.config.sweep_batch_size, lease_until=now + self.config.claim_lease,
-            using=using)
+            now=now,
+            created_before=now - self.config.publish_grace,
+            limit=self.config.sweep_batch_size,
+            lease_until=now + self.config.claim_lease,
+            using=using,
+        )
 
     def _publish(self, claim: Claim, using: str | None) -> SweepReport:
         outcome = self.relay.publish_claim(claim, using=using, validate=True)
         rows = {m.id: m for m in claim.messages}
-        failed = sum(self._gave_up(rows[row_id], error)
-                     for row_id, error in outcome.failed.items())
-        return SweepReport(published=len(outcome.published), failed=failed,
-                           rescheduled=len(outcome.failed) - failed, batches=1)
+        failed = sum(self._gave_up(rows[row_id], error) for row_id, error in outcome.failed.items())
+        return SweepReport(
+            published=len(outcome.published),
+            failed=failed,
+            rescheduled=len(outcome.failed) - failed,
+            batches=1,
+        )
 
     def _gave_up(self, message: StoredMessage, error: str) -> bool:
         # The relay fails a row at once when its task is unknown or its payload cannot
         # be decoded; otherwise it reschedules it until ``publish_max_attempts``.
-        return (message.attempts + 1 >= self.config.publish_max_attempts
-                or message.task_name not in self.app.tasks
-                or error.startswith(_UNDECODABLE))
+        return (
+            message.attempts + 1 >= self.config.publish_max_attempts
+            or message.task_name not in self.app.tasks
+            or error.startswith(_UNDECODABLE)
+        )
 
     # -- the continuous relay loop ----------------------------------------------------
-    def run(self, stop: threading.Event, poll: float | timedelta, *,
-            aliases: Sequence[str | None] | None = None) -> None:
+    def run(
+        self,
+        stop: threading.Event,
+        poll: float | timedelta,
+        *,
+        aliases: Sequence[str | None] | None = None,
+    ) -> None:
         """Sweep ``aliases`` (default: every alias of the store) until ``stop`` is set.
 
         ``poll`` (seconds, or a timedelta) is the pause between passes that found
@@ -162,8 +191,9 @@ class Sweeper:
         finally:
             self.relay.close()
 
-    def _run_once(self, idle: float, errors: int,
-                  aliases: Sequence[str | None] | None) -> tuple[float, int]:
+    def _run_once(
+        self, idle: float, errors: int, aliases: Sequence[str | None] | None
+    ) -> tuple[float, int]:
         try:
             report = self.sweep_all(aliases)
         except StoreError:

@@ -28,7 +28,11 @@ def app() -> Celery:
 
 
 def build(
-    task: OutboxTask, *args: object, max_bytes: int | None = None, **options: object
+    task: OutboxTask,
+    *args: object,
+    max_bytes: int | None = None,
+    now: dt.datetime | None = None,
+    **options: object,
 ) -> object:
     return build_message(
         task,
@@ -36,7 +40,7 @@ def build(
         {},
         task_id="tid",
         options=options,
-        now=NOW,
+        now=now or dt.datetime.now(dt.timezone.utc),
         park_after=timedelta(seconds=30),
         max_bytes=max_bytes,
     )
@@ -81,9 +85,10 @@ def test_payload_limit(app: Celery) -> None:
 
 def test_long_countdown_is_parked_short_is_not(app: Celery) -> None:
     task = app.task(base=OutboxTask, name="env.t")(noop)
-    assert build(task, countdown=5).available_at == NOW  # type: ignore[attr-defined]
-    parked = build(task, countdown=3600)
-    assert parked.available_at - NOW > timedelta(seconds=3590)  # type: ignore[attr-defined]
+    now = dt.datetime.now(dt.timezone.utc)
+    assert build(task, countdown=5, now=now).available_at == now  # type: ignore[attr-defined]
+    parked = build(task, countdown=3600, now=now)
+    assert parked.available_at - now > timedelta(seconds=3590)  # type: ignore[attr-defined]
 
 
 def test_binary_serializer_and_compression_are_base64(app: Celery) -> None:
@@ -124,4 +129,5 @@ def test_naive_eta_is_read_in_app_timezone_and_parked(app: Celery) -> None:
 
 def test_negative_countdown_means_now(app: Celery) -> None:
     task = app.task(base=OutboxTask, name="env.t")(noop)
-    assert build(task, countdown=-5).available_at == NOW  # type: ignore[attr-defined]
+    now = dt.datetime.now(dt.timezone.utc)
+    assert build(task, countdown=-5, now=now).available_at == now  # type: ignore[attr-defined]

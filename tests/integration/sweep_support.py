@@ -1,0 +1,109 @@
+"""Helpers of the sweeper's integration tests: a redis-server of their own, queue draining."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from amqp.exceptions import ChannelError
+from kombu import Connection
+
+from tests.brokers import celery_queue
+from tests.services import PROBE_TIMEOUT
+from tests.worker import wait_for
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ThrowawayRedis:
+    """A ``redis-server`` this test starts and stops (never the shared one)."""
+
+    def __init__(self, workdir: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.skip("redis-server is not installed")
+        self.binary, self.workdir, self.port = binary, workdir, free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        """Start the server on its port (empty: no persistence) and wait until it answers."""
+        argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", str(self.workdir)]
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        wait_for(self._answers, timeout=10, what=f"redis-server on port {self.port}")
+
+    def stop(self) -> None:
+        """Kill the server (the broker goes down) and wait for it to exit."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def connections_received(self) -> int:
+        """``total_connections_received``: every connection the server ever accepted."""
+        import redis
+
+        client = redis.Redis(port=self.port, socket_timeout=PROBE_TIMEOUT)
+        try:
+            # Our own INFO connection counts too: subtract it.
+            return int(client.info("stats")["total_connections_received"]) - 1
+        finally:
+            client.close()
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return True
+        except OSError:
+            return False
+
+
+def drain_task_ids(broker_url: str, queue: str, *, idle: float = 1.0) -> Counter[str]:
+    """Consume every message of ``queue``; how many times each task id was there."""
+    seen: Counter[str] = Counter()
+    with Connection(broker_url, connect_timeout=PROBE_TIMEOUT) as conn:
+        bound = celery_queue(queue)(conn.default_channel)
+        bound.declare()
+        empty_since: float | None = None
+        while True:
+            message = bound.get(no_ack=True)
+            if message is not None:
+                seen[message.headers["id"]] += 1
+                empty_since = None
+                continue
+            now = time.monotonic()
+            empty_since = empty_since or now
+            if now - empty_since >= idle:
+                return seen
+            time.sleep(0.02)
+
+
+def queued_count(broker_url: str, queue: str) -> int:
+    """How many messages wait in ``queue`` (a passive declare; nothing is consumed)."""
+    with Connection(broker_url, connect_timeout=PROBE_TIMEOUT) as conn:
+        try:
+            return int(celery_queue(queue)(conn.default_channel).queue_declare(passive=True)[1])
+        except ChannelError:  # not declared yet: nothing was published
+            return 0
+
+
+def run_lines(path: Path) -> Counter[str]:
+    """How many times each task id ran (lines ``"<task id> <n>"`` of the run file)."""
+    if not path.exists():
+        return Counter()
+    return Counter(line.split()[0] for line in path.read_text().splitlines() if line)

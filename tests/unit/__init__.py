@@ -1,0 +1,3 @@
+"""Unit tests: no I/O."""
+
+from __future__ import annotations

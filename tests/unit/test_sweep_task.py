@@ -1,0 +1,83 @@
+"""The ``celery_outbox.sweep`` task and its beat entry register themselves with every app."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from celery import Celery
+from celery.beat import PersistentScheduler
+
+import celery_outbox  # noqa: F401 - connects the finalize callback
+from celery_outbox.registry import install_store
+from celery_outbox.sweep_task import BEAT_ENTRY, SWEEP_TASK
+from celery_outbox.testing import InMemoryOutboxStore
+
+
+@pytest.fixture
+def new_app() -> Iterator[Celery]:
+    app = Celery("sweep-task-unit", broker="memory://", set_as_current=False)
+    yield app
+    app.close()
+
+
+def test_every_app_gets_the_task_and_a_beat_entry(new_app: Celery) -> None:
+    new_app.conf.outbox_sweep_interval = 0.5
+    new_app.finalize()
+
+    assert SWEEP_TASK in new_app.tasks
+    entry = new_app.conf.beat_schedule[BEAT_ENTRY]
+    assert entry["task"] == SWEEP_TASK
+    assert entry["schedule"] == timedelta(seconds=0.5)
+
+
+def test_a_user_entry_of_the_same_name_is_kept(new_app: Celery) -> None:
+    mine = {"task": SWEEP_TASK, "schedule": 60.0}
+    new_app.conf.beat_schedule = {BEAT_ENTRY: mine, "other": {"task": "x", "schedule": 1.0}}
+    new_app.finalize()
+
+    assert new_app.conf.beat_schedule[BEAT_ENTRY] == mine
+    assert "other" in new_app.conf.beat_schedule
+
+
+def test_outbox_beat_schedule_false_adds_no_entry(new_app: Celery) -> None:
+    new_app.conf.outbox_beat_schedule = False
+    new_app.finalize()
+
+    assert SWEEP_TASK in new_app.tasks
+    assert BEAT_ENTRY not in (new_app.conf.beat_schedule or {})
+
+
+def test_the_default_scheduler_schedules_the_entry(new_app: Celery, tmp_path: Path) -> None:
+    new_app.finalize()
+    scheduler = PersistentScheduler(app=new_app, schedule_filename=f"{tmp_path}/beat",
+                                    lazy=False)
+    try:
+        assert scheduler.schedule[BEAT_ENTRY].task == SWEEP_TASK
+        assert scheduler.schedule[BEAT_ENTRY].schedule.run_every == timedelta(seconds=5)
+    finally:
+        scheduler.close()
+
+
+def test_the_task_sweeps_the_app_store(new_app: Celery) -> None:
+    store = InMemoryOutboxStore()
+    install_store(new_app, store)
+    new_app.finalize()
+
+    result = new_app.tasks[SWEEP_TASK].apply().get()
+
+    assert result == {"published": 0, "failed": 0, "rescheduled": 0, "batches": 0,
+                      "more": False}
+
+
+def test_an_app_finalised_before_the_import_gets_the_task_too() -> None:
+    code = ("from celery import Celery\n"
+            "app = Celery('early', set_as_current=False); app.finalize()\n"
+            "import celery_outbox\n"
+            "assert 'celery_outbox.sweep' in app.tasks\n"
+            "assert 'celery-outbox-sweep' in app.conf.beat_schedule\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

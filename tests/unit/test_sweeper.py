@@ -1,0 +1,258 @@
+"""Sweeper over the in-memory store and kombu's in-memory broker: batches, outcomes, loop."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery import Celery
+from kombu import Connection, Queue
+
+from celery_outbox import OutboxTask, StoreError
+from celery_outbox.config import OutboxConfig
+from celery_outbox.envelope import build_message
+from celery_outbox.records import Claim, MessageStatus, NewMessage
+from celery_outbox.registry import install_store, relay_for
+from celery_outbox.sweeper import Sweeper, SweepReport
+from celery_outbox.testing import InMemoryOutboxStore
+
+START = datetime(2030, 1, 1, tzinfo=timezone.utc)
+GRACE = timedelta(seconds=10)
+
+
+class FakeClock:
+    """A clock tests move by hand (``step`` is added after every reading)."""
+
+    def __init__(self, *, step: timedelta = timedelta(0)) -> None:
+        self.now, self.step = START, step
+
+    def __call__(self) -> datetime:
+        now = self.now
+        self.now += self.step
+        return now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def app(queue_name: str) -> Iterator[Celery]:
+    app = Celery("sweeper-unit", broker="memory://", set_as_current=False)
+    app.conf.update(task_default_queue=queue_name, outbox_publish_grace=GRACE.total_seconds(),
+                    outbox_sweep_batch_size=3, outbox_publish_max_attempts=3)
+
+    @app.task(base=OutboxTask, name="unit.noop", shared=False)
+    def noop(n: int) -> int:
+        return n
+
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def store(app: Celery, clock: FakeClock) -> InMemoryOutboxStore:
+    store = InMemoryOutboxStore(clock=clock)
+    install_store(app, store)
+    return store
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A loopback port nobody listens on: a broker that is down."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def make_sweeper(app: Celery, store: InMemoryOutboxStore, clock: FakeClock,
+                 budget: timedelta = timedelta(seconds=30)) -> Sweeper:
+    relay = relay_for(app)
+    relay.clock = clock
+    return Sweeper(app=app, store=store, relay=relay, config=OutboxConfig.from_celery(app),
+                   clock=clock, budget=budget)
+
+
+def committed_rows(app: Celery, store: InMemoryOutboxStore, count: int,
+                   task_name: str = "unit.noop") -> list[int]:
+    """Rows written as a crash after COMMIT leaves them: in the table, never published."""
+    ids = []
+    for n in range(count):
+        message = build_message(app.tasks["unit.noop"], (n,), {}, task_id=f"task-{n}",
+                                options={}, now=START, park_after=timedelta(seconds=30),
+                                max_bytes=None)
+        if task_name != message.task_name:
+            message = NewMessage(task_id=message.task_id, task_name=task_name,
+                                 payload=message.payload, options=message.options,
+                                 available_at=message.available_at)
+        row_id = store.add(message)
+        assert row_id is not None
+        ids.append(row_id)
+    return ids
+
+
+def drain(app: Celery, queue_name: str) -> list[str]:
+    """Task ids of every message waiting in ``queue_name`` (consumed)."""
+    ids = []
+    with Connection("memory://") as conn:
+        queue = Queue(queue_name)(conn.default_channel)
+        while (message := queue.get(no_ack=True)) is not None:
+            ids.append(message.headers["id"])
+    return ids
+
+
+def test_one_sweep_publishes_every_due_row_in_batches(
+        app: Celery, store: InMemoryOutboxStore, clock: FakeClock, queue_name: str) -> None:
+    committed_rows(app, store, 7)
+    clock.now = START + GRACE
+
+    report = make_sweeper(app, store, clock).sweep()
+
+    assert report == SweepReport(published=7, batches=3)
+    assert store.rows == {}
+    assert sorted(drain(app, queue_name)) == sorted(f"task-{n}" for n in range(7))
+
+
+def test_rows_younger_than_the_grace_are_left_to_their_publisher(
+        app: Celery, store: InMemoryOutboxStore, clock: FakeClock, queue_name: str) -> None:
+    committed_rows(app, store, 2)
+    clock.now = START + GRACE - timedelta(seconds=1)
+
+    assert make_sweeper(app, store, clock).sweep() == SweepReport()
+    assert len(store.rows) == 2
+    assert drain(app, queue_name) == []
+
+
+def test_published_rows_are_kept_when_retention_is_on(
+        app: Celery, store: InMemoryOutboxStore, clock: FakeClock) -> None:
+    app.conf.outbox_keep_published = 60.0  # read once, when the app is finalised
+    committed_rows(app, store, 2)
+    clock.now = START + GRACE
+
+    make_sweeper(app, store, clock).sweep()
+
+    assert {r.status for r in store.rows.values()} == {MessageStatus.PUBLISHED}
+
+
+def test_an_unregistered_task_fails_at_once_and_the_sweep_goes_on(
+        app: Celery, store: InMemoryOutboxStore, clock: FakeClock, queue_name: str) -> None:
+    [bad] = committed_rows(app, store, 1, task_name="unit.gone")
+    good = build_message(app.tasks["unit.noop"], (1,), {}, task_id="good", options={},
+                         now=START, park_after=timedelta(seconds=30), max_bytes=None)
+    store.add(good)
+    clock.now = START + GRACE
+
+    report = make_sweeper(app, store, clock).sweep()
+
+    assert report == SweepReport(published=1, failed=1, batches=1)
+    assert store.rows[bad].status is MessageStatus.FAILED
+    assert "unit.gone" in store.rows[bad].last_error
+    assert drain(app, queue_name) == ["good"]
+
+
+def test_broker_down_reschedules_and_stops_after_one_batch(
+        app: Celery, store: InMemoryOutboxStore, clock: FakeClock, closed_port: int) -> None:
+    app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{closed_port}//"
+    committed_rows(app, store, 5)
+    clock.now = START + GRACE
+
+    report = make_sweeper(app, store, clock).sweep()
+
+    assert report == SweepReport(rescheduled=3, batches=1)
+    claimed = [r for r in store.rows.values() if r.attempts]
+    assert len(claimed) == 3
+    for row in claimed:
+        assert row.status is MessageStatus.PENDING
+        assert row.locked_until is None
+        assert clock.now + timedelta(seconds=1) <= row.available_at  # retry 1: 1-2 s
+        assert row.available_at <= clock.now + timedelta(seconds=2, milliseconds=10)
+        assert "Error" in row.last_error
+
+
+def test_a_row_at_its_last_attempt_becomes_failed(
+        app: Celery, store: InMemoryOutboxStore, clock: FakeClock, closed_port: int) -> None:
+    app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{closed_port}//"
+    committed_rows(app, store, 1)
+    sweeper = make_sweeper(app, store, clock)
+    outcomes = []
+    for _ in range(3):
+        clock.now += timedelta(minutes=10)
+        outcomes.append(sweeper.sweep())
+
+    assert outcomes == [SweepReport(rescheduled=1, batches=1)] * 2 + [
+        SweepReport(failed=1, batches=1)]
+    [row] = store.rows.values()
+    assert (row.status, row.attempts) == (MessageStatus.FAILED, 3)
+
+
+def test_the_time_budget_ends_a_sweep_with_rows_left(
+        app: Celery, store: InMemoryOutboxStore, queue_name: str) -> None:
+    ticking = FakeClock(step=timedelta(seconds=1))
+    store.clock = ticking
+    committed_rows(app, store, 10)
+    ticking.now = START + GRACE + timedelta(seconds=20)
+
+    report = make_sweeper(app, store, ticking, budget=timedelta(seconds=3)).sweep()
+
+    assert report.more
+    assert report.published < 10
+    assert len(drain(app, queue_name)) == report.published
+
+
+class TwoAliasStore(InMemoryOutboxStore):
+    """Records the aliases a sweep passes; fails its first ``fail`` claims."""
+
+    def __init__(self, *, clock: FakeClock, fail: int = 0) -> None:
+        super().__init__(clock=clock)
+        self.aliases: list[str | None] = []
+        self.fail = fail
+
+    def sweep_aliases(self) -> Sequence[str | None]:
+        return ["primary", "replica"]
+
+    def claim_due(self, *, now: datetime, created_before: datetime, limit: int,
+                  lease_until: datetime, using: str | None = None) -> Claim:
+        self.aliases.append(using)
+        if self.fail:
+            self.fail -= 1
+            raise StoreError("database is down")
+        return super().claim_due(now=now, created_before=created_before, limit=limit,
+                                 lease_until=lease_until, using=using)
+
+
+def test_sweep_all_covers_every_alias_of_the_store(app: Celery, clock: FakeClock) -> None:
+    store = TwoAliasStore(clock=clock)
+    install_store(app, store)
+
+    assert make_sweeper(app, store, clock).sweep_all() == SweepReport()
+    assert store.aliases == ["primary", "replica"]
+
+
+def test_run_survives_store_errors_and_stops_on_the_event(
+        app: Celery, clock: FakeClock, queue_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    store = TwoAliasStore(clock=clock, fail=2)
+    install_store(app, store)
+    committed_rows(app, store, 4)
+    clock.now = START + GRACE
+    stop = threading.Event()
+    sweeper = make_sweeper(app, store, clock)
+    thread = threading.Thread(target=sweeper.run, args=(stop, 0.01))
+    thread.start()
+    try:
+        deadline = threading.Event()
+        for _ in range(500):
+            if not store.rows:
+                break
+            deadline.wait(0.01)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+    assert not thread.is_alive()
+    assert store.rows == {}
+    assert len(drain(app, queue_name)) == 4
+    assert caplog.text.count("sweep failed") == 2
