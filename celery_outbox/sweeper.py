@@ -22,7 +22,7 @@ from celery import Celery
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
-from celery_outbox.records import Claim, StoredMessage
+from celery_outbox.records import Claim, MessageStatus, StoredMessage
 from celery_outbox.relay import Relay
 from celery_outbox.storage import OutboxStore
 
@@ -42,7 +42,8 @@ class SweepReport:
     their next attempt; ``failed`` rows gave up (too many attempts, unknown task or
     undecodable payload). ``more`` is true when the time budget ran out with due rows
     left (a sweep that finds the broker unreachable stops without it: the rows it
-    claimed are rescheduled, the others wait for the next sweep).
+    claimed are rescheduled, the others wait for the next sweep). ``purged`` published
+    rows outlived ``outbox_keep_published`` and were deleted.
     """
 
     published: int = 0
@@ -50,6 +51,7 @@ class SweepReport:
     rescheduled: int = 0
     batches: int = 0
     more: bool = False
+    purged: int = 0
 
     def __add__(self, other: SweepReport) -> SweepReport:
         return SweepReport(
@@ -58,6 +60,7 @@ class SweepReport:
             rescheduled=self.rescheduled + other.rescheduled,
             batches=self.batches + other.batches,
             more=self.more or other.more,
+            purged=self.purged + other.purged,
         )
 
     def as_dict(self) -> dict[str, int | bool]:
@@ -68,6 +71,7 @@ class SweepReport:
             "rescheduled": self.rescheduled,
             "batches": self.batches,
             "more": self.more,
+            "purged": self.purged,
         }
 
 
@@ -133,8 +137,25 @@ class Sweeper:
         """:meth:`sweep` each of ``aliases`` (default: ``store.sweep_aliases()``)."""
         report = SweepReport()
         for alias in self.store.sweep_aliases() if aliases is None else aliases:
-            report += self.sweep(alias)
+            report += self.sweep(alias) + self.purge_expired(alias)
         return report
+
+    def purge_expired(self, using: str | None = None) -> SweepReport:
+        """Delete one batch of published rows older than ``outbox_keep_published``.
+
+        One bounded batch per sweep, so a backlog drains over a few ticks without a
+        long-running DELETE. Nothing to do when published rows are not kept.
+        """
+        keep = self.config.keep_published
+        if keep <= timedelta(0):
+            return SweepReport()
+        purged = self.store.purge(
+            statuses=[MessageStatus.PUBLISHED],
+            older_than=self.clock() - keep,
+            limit=self.config.sweep_batch_size,
+            using=using,
+        )
+        return SweepReport(purged=purged)
 
     def _claim(self, using: str | None) -> Claim:
         now = self.clock()

@@ -138,6 +138,23 @@ def test_published_rows_are_kept_when_retention_is_on(
     assert {r.status for r in store.rows.values()} == {MessageStatus.PUBLISHED}
 
 
+def test_kept_rows_are_purged_once_they_outlive_the_retention(
+        app: Celery, store: InMemoryOutboxStore, clock: FakeClock) -> None:
+    app.conf.outbox_keep_published = 60.0
+    committed_rows(app, store, 4)
+    clock.now = START + GRACE
+    sweeper = make_sweeper(app, store, clock)
+
+    assert sweeper.sweep_all().purged == 0  # just published: kept
+    assert len(store.rows) == 4
+    clock.now = START + timedelta(seconds=61)
+    report = sweeper.sweep_all()
+
+    assert report.purged == 3  # one bounded batch (outbox_sweep_batch_size) per sweep
+    assert sweeper.sweep_all().purged == 1
+    assert store.rows == {}
+
+
 def test_an_unregistered_task_fails_at_once_and_the_sweep_goes_on(
         app: Celery, store: InMemoryOutboxStore, clock: FakeClock, queue_name: str) -> None:
     [bad] = committed_rows(app, store, 1, task_name="unit.gone")
