@@ -7,7 +7,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
@@ -29,7 +29,13 @@ logger = logging.getLogger(__name__)
 _HANDLED = "_outbox_failure_handled"
 
 
-class OutboxTask(Task[Any, Any]):
+if TYPE_CHECKING:
+    _TaskBase = Task[Any, Any]
+else:  # Celery < 5.5 has no Task.__class_getitem__: subscript only for the type checker
+    _TaskBase = Task
+
+
+class OutboxTask(_TaskBase):
     """A Celery task that is dispatched through the outbox and retries without sleeping.
 
     ``delay``/``apply_async`` write an outbox row in the caller's current database

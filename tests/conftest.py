@@ -176,16 +176,23 @@ def django_db_setup(django_db_service: None, django_db_setup: None) -> None:
 
 
 @pytest.fixture
-def queue_name() -> str:
-    """A queue name unique to this test, so tests never consume each other's messages."""
-    return new_queue_name()
+def queue_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A queue name unique to this test, so tests never consume each other's messages.
+
+    When the test also uses ``broker_url``, the queue (and its messages) is deleted from that
+    broker afterwards.
+    """
+    name = new_queue_name()
+    broker = request.getfixturevalue("broker_url") if "broker_url" in request.fixturenames else None
+    yield name
+    if broker is not None:
+        delete_queue(broker, name)
 
 
 @pytest.fixture
-def broker_queue(broker_url: str, queue_name: str) -> Iterator[str]:
-    """``queue_name`` on ``broker_url``; the queue and its messages are deleted afterwards."""
-    yield queue_name
-    delete_queue(broker_url, queue_name)
+def broker_queue(broker_url: str, queue_name: str) -> str:
+    """``queue_name`` on ``broker_url``: a fresh queue there, deleted after the test."""
+    return queue_name
 
 
 @pytest.fixture

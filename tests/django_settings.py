@@ -1,14 +1,15 @@
 """Django settings for the test suite (pytest-django).
 
-The databases are PostgreSQL from ``OUTBOX_TEST_POSTGRES_URL`` (pytest-django creates ``test_``
-prefixed copies); ``OUTBOX_TEST_DJANGO_DB=sqlite`` switches both aliases to SQLite. ``other`` is
-a second database for multi-database tests.
+The databases are PostgreSQL from ``OUTBOX_TEST_POSTGRES_URL``; the tests run on copies named
+``test_<name>_<run id>``. ``OUTBOX_TEST_DJANGO_DB=sqlite`` switches both aliases to SQLite.
+``other`` is a second database for multi-database tests.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import uuid
 from typing import Any
 
 from tests.services import SERVICES, parse_db_url
@@ -16,13 +17,20 @@ from tests.services import SERVICES, parse_db_url
 #: ``postgres`` (default) or ``sqlite``.
 DJANGO_DB = os.environ.get("OUTBOX_TEST_DJANGO_DB", "postgres").lower()
 
+#: Keeps this run's test databases apart from a concurrent run's on the same server (two
+#: sessions sharing ``test_test`` drop it under each other). Exported, so subprocesses agree;
+#: set it yourself (e.g. ``OUTBOX_TEST_RUN_ID=dev``) for stable names with ``--reuse-db``.
+RUN_ID = os.environ.setdefault("OUTBOX_TEST_RUN_ID", uuid.uuid4().hex[:8])
+
 
 def postgres_database(url: str, *, suffix: str = "") -> dict[str, Any]:
     """A Django ``DATABASES`` entry for the PostgreSQL database of ``url`` (plus ``suffix``)."""
     params = parse_db_url(url)
+    name = f"{params.name}{suffix}"
     return {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": f"{params.name}{suffix}",
+        "NAME": name,
+        "TEST": {"NAME": f"test_{name}_{RUN_ID}"},
         "USER": params.user,
         "PASSWORD": params.password,
         "HOST": params.host,
