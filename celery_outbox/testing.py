@@ -132,8 +132,10 @@ class InMemoryOutboxStore(OutboxStore):
         using: str | None = None,
     ) -> Claim:
         return self._claim(
-            lambda r: r.created_at is not None
-            and (r.created_at <= created_before or r.available_at > r.created_at),
+            lambda r: (
+                r.created_at is not None
+                and (r.created_at <= created_before or r.available_at > r.created_at)
+            ),
             now=now,
             limit=limit,
             lease_until=lease_until,

@@ -91,21 +91,53 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 class DeadLetterAdmin(ReadOnlyAdmin):
     """Dead letters: inspect them, then requeue or discard the ``dead`` ones."""
 
-    list_display = ("task_name", "status", "exception_type", "short_message", "retries",
-                    "first_failed_at", "failed_at", "task_id")
+    list_display = (
+        "task_name",
+        "status",
+        "exception_type",
+        "short_message",
+        "retries",
+        "first_failed_at",
+        "failed_at",
+        "task_id",
+    )
     list_filter = ("status", "task_name", "exception_type", "failed_at")
     search_fields = ("task_id", "exception_message")
     date_hierarchy = "failed_at"
     ordering = ("-failed_at", "-id")
     actions = ("requeue_selected", "discard_selected")
-    readonly_fields = ("task_name", "task_id", "status", "exception_type", "message_block",
-                       "retries", "first_failed_at", "failed_at", "args_json", "kwargs_json",
-                       "options_json", "traceback_block", "requeued_at", "requeued_by",
-                       "requeued_task_id")
+    readonly_fields = (
+        "task_name",
+        "task_id",
+        "status",
+        "exception_type",
+        "message_block",
+        "retries",
+        "first_failed_at",
+        "failed_at",
+        "args_json",
+        "kwargs_json",
+        "options_json",
+        "traceback_block",
+        "requeued_at",
+        "requeued_by",
+        "requeued_task_id",
+    )
     fieldsets = (
         (None, {"fields": ("task_name", "task_id", "status")}),
-        (_("Failure"), {"fields": ("exception_type", "message_block", "retries",
-                                   "first_failed_at", "failed_at", "traceback_block")}),
+        (
+            _("Failure"),
+            {
+                "fields": (
+                    "exception_type",
+                    "message_block",
+                    "retries",
+                    "first_failed_at",
+                    "failed_at",
+                    "traceback_block",
+                )
+            },
+        ),
         (_("Call"), {"fields": ("args_json", "kwargs_json", "options_json")}),
         (_("Requeue"), {"fields": ("requeued_at", "requeued_by", "requeued_task_id")}),
     )
@@ -166,18 +198,48 @@ class DeadLetterAdmin(ReadOnlyAdmin):
 class OutboxMessageAdmin(ReadOnlyAdmin):
     """Outbox rows waiting to be published (``pending``) or given up on (``failed``)."""
 
-    list_display = ("id", "task_name", "task_id", "status", "attempts", "available_at",
-                    "created_at", "short_error")
+    list_display = (
+        "id",
+        "task_name",
+        "task_id",
+        "status",
+        "attempts",
+        "available_at",
+        "created_at",
+        "short_error",
+    )
     list_filter = ("status", "task_name")
     search_fields = ("task_id",)
     ordering = ("-id",)
     actions = ("publish_now", "reset_failed")
-    readonly_fields = ("task_name", "task_id", "status", "available_at", "attempts",
-                       "error_block", "locked_until", "created_at", "published_at",
-                       "body_json", "options_json", "payload_block")
+    readonly_fields = (
+        "task_name",
+        "task_id",
+        "status",
+        "available_at",
+        "attempts",
+        "error_block",
+        "locked_until",
+        "created_at",
+        "published_at",
+        "body_json",
+        "options_json",
+        "payload_block",
+    )
     fieldsets = (
-        (None, {"fields": ("task_name", "task_id", "status", "available_at", "created_at",
-                           "published_at")}),
+        (
+            None,
+            {
+                "fields": (
+                    "task_name",
+                    "task_id",
+                    "status",
+                    "available_at",
+                    "created_at",
+                    "published_at",
+                )
+            },
+        ),
         (_("Publishing"), {"fields": ("attempts", "error_block", "locked_until")}),
         (_("Message"), {"fields": ("body_json", "options_json", "payload_block")}),
     )
@@ -212,8 +274,7 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
         """Whether the user may publish or reset outbox rows (their change permission)."""
         return request.user.has_perm("django_outbox.change_outboxmessage")
 
-    @admin.action(description=_("Publish selected pending messages now"),
-                  permissions=["publish"])
+    @admin.action(description=_("Publish selected pending messages now"), permissions=["publish"])
     def publish_now(self, request: HttpRequest, queryset: OutboxMessageQuerySet) -> None:
         """Make the selected pending rows due now and publish them after commit."""
         selected = queryset.count()

@@ -39,9 +39,12 @@ def actor_name(user: AbstractBaseUser | AnonymousUser | str) -> str:
 
 
 # -- dead letters --------------------------------------------------------------------------
-def requeue_dead_letters(letters: DeadLetterQuerySet,
-                         user: AbstractBaseUser | AnonymousUser | str, *,
-                         app: Celery | None = None) -> RequeueResult:
+def requeue_dead_letters(
+    letters: DeadLetterQuerySet,
+    user: AbstractBaseUser | AnonymousUser | str,
+    *,
+    app: Celery | None = None,
+) -> RequeueResult:
     """Requeue the ``dead`` letters of ``letters`` as ``user``: one transaction each."""
     return requeue_letters(letters, by=actor_name(user), app=app)
 
@@ -56,15 +59,31 @@ def requeue_messages(result: RequeueResult) -> list[UserMessage]:
     report: list[UserMessage] = []
     if result.requeued or not (result.skipped or result.failed):
         count = len(result.requeued)
-        report.append((messages.SUCCESS, ngettext(
-            "%(count)d dead letter was requeued.",
-            "%(count)d dead letters were requeued.", count) % {"count": count}))
+        report.append(
+            (
+                messages.SUCCESS,
+                ngettext(
+                    "%(count)d dead letter was requeued.",
+                    "%(count)d dead letters were requeued.",
+                    count,
+                )
+                % {"count": count},
+            )
+        )
     if result.skipped:
-        report.append((messages.WARNING, ngettext(
-            "%(count)d selected letter was skipped: it is not dead (already requeued or "
-            "discarded).",
-            "%(count)d selected letters were skipped: they are not dead (already requeued or "
-            "discarded).", result.skipped) % {"count": result.skipped}))
+        report.append(
+            (
+                messages.WARNING,
+                ngettext(
+                    "%(count)d selected letter was skipped: it is not dead (already requeued or "
+                    "discarded).",
+                    "%(count)d selected letters were skipped: they are not dead (already "
+                    "requeued or discarded).",
+                    result.skipped,
+                )
+                % {"count": result.skipped},
+            )
+        )
     if result.failed:
         report.append((messages.ERROR, _failures_text(result.failed)))
     return report
@@ -74,32 +93,49 @@ def _failures_text(failed: dict[int, str]) -> str:
     count = len(failed)
     reasons = "; ".join(f"#{pk}: {why}" for pk, why in list(failed.items())[:MAX_REASONS])
     more = count - MAX_REASONS
-    text = ngettext("%(count)d dead letter could not be requeued: %(reasons)s",
-                    "%(count)d dead letters could not be requeued: %(reasons)s",
-                    count) % {"count": count, "reasons": reasons}
+    text = ngettext(
+        "%(count)d dead letter could not be requeued: %(reasons)s",
+        "%(count)d dead letters could not be requeued: %(reasons)s",
+        count,
+    ) % {"count": count, "reasons": reasons}
     if more > 0:
-        text += " " + ngettext("(and %(more)d more)", "(and %(more)d more)", more) % {
-            "more": more}
+        text += " " + ngettext("(and %(more)d more)", "(and %(more)d more)", more) % {"more": more}
     return text
 
 
 def discard_messages(selected: int, discarded: int) -> list[UserMessage]:
     """The report of a discard of ``selected`` letters of which ``discarded`` were dead."""
-    report: list[UserMessage] = [(messages.SUCCESS, ngettext(
-        "%(count)d dead letter was discarded.",
-        "%(count)d dead letters were discarded.", discarded) % {"count": discarded})]
+    report: list[UserMessage] = [
+        (
+            messages.SUCCESS,
+            ngettext(
+                "%(count)d dead letter was discarded.",
+                "%(count)d dead letters were discarded.",
+                discarded,
+            )
+            % {"count": discarded},
+        )
+    ]
     skipped = selected - discarded
     if skipped > 0:
-        report.append((messages.WARNING, ngettext(
-            "%(count)d selected letter was skipped: it is not dead.",
-            "%(count)d selected letters were skipped: they are not dead.",
-            skipped) % {"count": skipped}))
+        report.append(
+            (
+                messages.WARNING,
+                ngettext(
+                    "%(count)d selected letter was skipped: it is not dead.",
+                    "%(count)d selected letters were skipped: they are not dead.",
+                    skipped,
+                )
+                % {"count": skipped},
+            )
+        )
     return report
 
 
 # -- outbox messages -----------------------------------------------------------------------
-def publish_messages_now(rows: OutboxMessageQuerySet, *, app: Celery | None = None,
-                         now: datetime | None = None) -> int:
+def publish_messages_now(
+    rows: OutboxMessageQuerySet, *, app: Celery | None = None, now: datetime | None = None
+) -> int:
     """Make the ``pending`` rows of ``rows`` due now and publish them after commit.
 
     Returns how many rows were made due. The publish itself never raises (a broker
@@ -120,8 +156,9 @@ def _publish(app: Celery, ids: list[int], *, using: str) -> None:
     relay_for(app).publish_ids(ids, using=using)
 
 
-def reset_failed_messages(rows: OutboxMessageQuerySet, *, app: Celery | None = None,
-                          now: datetime | None = None) -> int:
+def reset_failed_messages(
+    rows: OutboxMessageQuerySet, *, app: Celery | None = None, now: datetime | None = None
+) -> int:
     """Make the ``failed`` rows of ``rows`` pending again, due now, with fresh attempts.
 
     The sweeper publishes them on its next pass. A row whose task id already has
@@ -134,26 +171,49 @@ def reset_failed_messages(rows: OutboxMessageQuerySet, *, app: Celery | None = N
 
 def publish_now_messages(selected: int, changed: int) -> list[UserMessage]:
     """The report of "publish now" for ``selected`` rows of which ``changed`` were pending."""
-    report: list[UserMessage] = [(messages.SUCCESS, ngettext(
-        "%(count)d outbox message is being published.",
-        "%(count)d outbox messages are being published.", changed) % {"count": changed})]
+    report: list[UserMessage] = [
+        (
+            messages.SUCCESS,
+            ngettext(
+                "%(count)d outbox message is being published.",
+                "%(count)d outbox messages are being published.",
+                changed,
+            )
+            % {"count": changed},
+        )
+    ]
     return report + _skipped_rows(selected - changed, gettext("pending"))
 
 
 def reset_messages(selected: int, changed: int) -> list[UserMessage]:
     """The report of "reset" for ``selected`` rows of which ``changed`` were reset."""
-    report: list[UserMessage] = [(messages.SUCCESS, ngettext(
-        "%(count)d failed outbox message was reset; the sweeper will publish it.",
-        "%(count)d failed outbox messages were reset; the sweeper will publish them.",
-        changed) % {"count": changed})]
+    report: list[UserMessage] = [
+        (
+            messages.SUCCESS,
+            ngettext(
+                "%(count)d failed outbox message was reset; the sweeper will publish it.",
+                "%(count)d failed outbox messages were reset; the sweeper will publish them.",
+                changed,
+            )
+            % {"count": changed},
+        )
+    ]
     return report + _skipped_rows(selected - changed, gettext("failed"))
 
 
 def _skipped_rows(skipped: int, status: str) -> list[UserMessage]:
     if skipped <= 0:
         return []
-    return [(messages.WARNING, ngettext(
-        "%(count)d selected message was skipped: it is not %(status)s, or its task id "
-        "already has a pending message.",
-        "%(count)d selected messages were skipped: they are not %(status)s, or their task id "
-        "already has a pending message.", skipped) % {"count": skipped, "status": status})]
+    return [
+        (
+            messages.WARNING,
+            ngettext(
+                "%(count)d selected message was skipped: it is not %(status)s, or its task id "
+                "already has a pending message.",
+                "%(count)d selected messages were skipped: they are not %(status)s, or their "
+                "task id already has a pending message.",
+                skipped,
+            )
+            % {"count": skipped, "status": status},
+        )
+    ]

@@ -25,5 +25,6 @@ class DjangoOutboxConfig(AppConfig):
         signals.connect()
         for check in checks.CHECKS:
             django_checks.register(check, "django_outbox")
-        django_checks.register(checks.check_skip_locked, "django_outbox",
-                               django_checks.Tags.database)
+        django_checks.register(
+            checks.check_skip_locked, "django_outbox", django_checks.Tags.database
+        )

@@ -83,8 +83,7 @@ def publisher_key(publish: PublishCallback) -> Hashable:
     """
     if isinstance(publish, functools.partial):
         try:
-            key = (publisher_key(publish.func), publish.args,
-                   frozenset(publish.keywords.items()))
+            key = (publisher_key(publish.func), publish.args, frozenset(publish.keywords.items()))
             hash(key)
         except TypeError:  # unhashable arguments: this publisher gets its own batch
             return publish

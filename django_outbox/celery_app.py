@@ -35,7 +35,8 @@ def _configured_app(path: str | None) -> Celery:
         except (ImportError, AttributeError, ValueError) as exc:
             raise OutboxConfigError(
                 f"DJANGO_OUTBOX_CELERY_APP={path!r} cannot be imported ({exc}): give the "
-                "dotted path of your Celery app, e.g. 'proj.celery:app'.") from exc
+                "dotted path of your Celery app, e.g. 'proj.celery:app'."
+            ) from exc
         return app
     # Not get_current_app(): with no app at all it makes an empty fallback app. (Nor a
     # check against ``default_app``: Celery's Django fixup makes the project's app the
@@ -44,7 +45,8 @@ def _configured_app(path: str | None) -> Celery:
     if created is None or _is_fallback(created):
         raise OutboxConfigError(
             "No Celery app found: import it in your project's __init__.py (as Celery's "
-            "Django guide does) or set DJANGO_OUTBOX_CELERY_APP.")
+            "Django guide does) or set DJANGO_OUTBOX_CELERY_APP."
+        )
     return created
 
 

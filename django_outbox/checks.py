@@ -46,41 +46,70 @@ def check_outbox_settings(**kwargs: Any) -> list[CheckMessage]:
     try:
         OutboxConfig.from_mapping({key: conf[key] for key in DEFAULTS if key in conf})
     except OutboxConfigError as exc:
-        return [Error(str(exc), id="django_outbox.E001",
-                      hint="Fix the setting (CELERY_OUTBOX_<NAME> in Django settings).")]
+        return [
+            Error(
+                str(exc),
+                id="django_outbox.E001",
+                hint="Fix the setting (CELERY_OUTBOX_<NAME> in Django settings).",
+            )
+        ]
     return []
 
 
 def check_pickle(**kwargs: Any) -> list[CheckMessage]:
     """W001: outbox rows are published as stored; with pickle, a row is code to run."""
     conf = _celery_conf()
-    found = [name for name, value in (("task_serializer", [conf.task_serializer]),
-                                      ("accept_content", conf.accept_content or ()))
-             if _PICKLE & set(value)]
-    return [Warning(
-        f"{name} ({_django_name(name)}) enables the pickle serializer: anyone who can "
-        "write to the outbox table or the broker can run code in your workers.",
-        hint="Use 'json' (the default).", id="django_outbox.W001") for name in found]
+    found = [
+        name
+        for name, value in (
+            ("task_serializer", [conf.task_serializer]),
+            ("accept_content", conf.accept_content or ()),
+        )
+        if _PICKLE & set(value)
+    ]
+    return [
+        Warning(
+            f"{name} ({_django_name(name)}) enables the pickle serializer: anyone who can "
+            "write to the outbox table or the broker can run code in your workers.",
+            hint="Use 'json' (the default).",
+            id="django_outbox.W001",
+        )
+        for name in found
+    ]
 
 
 def check_databases(**kwargs: Any) -> list[CheckMessage]:
     """E002: ``DJANGO_OUTBOX_DATABASES`` lists database aliases that exist."""
     aliases = settings.DATABASES
     if isinstance(aliases, str) or not isinstance(aliases, Sequence) or not aliases:
-        return [Error(f"DJANGO_OUTBOX_DATABASES={aliases!r} is not accepted: give a non-empty "
-                      "list of database aliases.", id="django_outbox.E002")]
+        return [
+            Error(
+                f"DJANGO_OUTBOX_DATABASES={aliases!r} is not accepted: give a non-empty "
+                "list of database aliases.",
+                id="django_outbox.E002",
+            )
+        ]
     unknown = [alias for alias in aliases if alias not in django_settings.DATABASES]
-    return [Error(f"DJANGO_OUTBOX_DATABASES names {alias!r}, which is not in DATABASES.",
-                  hint=f"Use one of {sorted(django_settings.DATABASES)}.",
-                  id="django_outbox.E002") for alias in unknown]
+    return [
+        Error(
+            f"DJANGO_OUTBOX_DATABASES names {alias!r}, which is not in DATABASES.",
+            hint=f"Use one of {sorted(django_settings.DATABASES)}.",
+            id="django_outbox.E002",
+        )
+        for alias in unknown
+    ]
 
 
 def check_use_tz(**kwargs: Any) -> list[CheckMessage]:
     """E003: the outbox reads and writes aware UTC datetimes."""
     if django_settings.USE_TZ:
         return []
-    return [Error("django_outbox needs USE_TZ = True: outbox times are timezone-aware UTC.",
-                  id="django_outbox.E003")]
+    return [
+        Error(
+            "django_outbox needs USE_TZ = True: outbox times are timezone-aware UTC.",
+            id="django_outbox.E003",
+        )
+    ]
 
 
 def check_beat_entry(**kwargs: Any) -> list[CheckMessage]:
@@ -91,25 +120,38 @@ def check_beat_entry(**kwargs: Any) -> list[CheckMessage]:
     entries = (conf.beat_schedule or {}).values()
     if any(entry.get("task") == SWEEP_TASK for entry in entries):
         return []
-    return [Warning(
-        f"outbox_beat_schedule ({_django_name('outbox_beat_schedule')}) is False and no "
-        f"beat_schedule entry runs {SWEEP_TASK!r}: rows not published on commit are never "
-        "published.", hint="Remove the setting, or add a beat entry.", id="django_outbox.W002")]
+    return [
+        Warning(
+            f"outbox_beat_schedule ({_django_name('outbox_beat_schedule')}) is False and no "
+            f"beat_schedule entry runs {SWEEP_TASK!r}: rows not published on commit are never "
+            "published.",
+            hint="Remove the setting, or add a beat entry.",
+            id="django_outbox.W002",
+        )
+    ]
 
 
-def check_skip_locked(databases: Iterable[str] | None = None, **kwargs: Any
-                      ) -> list[CheckMessage]:
+def check_skip_locked(databases: Iterable[str] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """W003 (database check): sweeping needs ``SKIP LOCKED`` for concurrent sweepers."""
     wanted = set(databases or ())
-    return [Warning(
-        f"Database {alias!r} has no SELECT ... FOR UPDATE SKIP LOCKED: run one sweeper "
-        "(one beat) for it at a time.", id="django_outbox.W003")
+    return [
+        Warning(
+            f"Database {alias!r} has no SELECT ... FOR UPDATE SKIP LOCKED: run one sweeper "
+            "(one beat) for it at a time.",
+            id="django_outbox.W003",
+        )
         for alias in settings.DATABASES
-        if alias in wanted and alias in django_settings.DATABASES
-        and not connections[alias].features.has_select_for_update_skip_locked]
+        if alias in wanted
+        and alias in django_settings.DATABASES
+        and not connections[alias].features.has_select_for_update_skip_locked
+    ]
 
 
 #: Checks registered in ``DjangoOutboxConfig.ready()`` (besides the database check).
 CHECKS: tuple[Callable[..., list[CheckMessage]], ...] = (
-    check_outbox_settings, check_pickle, check_databases, check_use_tz, check_beat_entry,
+    check_outbox_settings,
+    check_pickle,
+    check_databases,
+    check_use_tz,
+    check_beat_entry,
 )

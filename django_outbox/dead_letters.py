@@ -49,8 +49,9 @@ def requeue_letter(letter: DeadLetter, *, by: str = "", app: Celery | None = Non
     OutboxError
         Its task is not registered with the app, or the store failed.
     """
-    return _requeue_id(app or outbox_app(), letter.pk, by=by,
-                       using=letter._state.db or DEFAULT_DB_ALIAS)
+    return _requeue_id(
+        app or outbox_app(), letter.pk, by=by, using=letter._state.db or DEFAULT_DB_ALIAS
+    )
 
 
 def discard_letter(letter: DeadLetter, *, app: Celery | None = None) -> bool:
@@ -58,8 +59,9 @@ def discard_letter(letter: DeadLetter, *, app: Celery | None = None) -> bool:
     return core.discard(app or outbox_app(), letter.pk, using=letter._state.db)
 
 
-def requeue_letters(letters: DeadLetterQuerySet, *, by: str = "",
-                    app: Celery | None = None) -> RequeueResult:
+def requeue_letters(
+    letters: DeadLetterQuerySet, *, by: str = "", app: Celery | None = None
+) -> RequeueResult:
     """Requeue every ``dead`` letter of ``letters``, one transaction each, oldest first."""
     app = app or outbox_app()
     ids, selected = _dead_ids(letters)
@@ -89,6 +91,7 @@ def _dead_ids(letters: DeadLetterQuerySet) -> tuple[list[int], int]:
     """The ids of the ``dead`` letters among ``letters`` (oldest failure first), and how
     many letters were selected in all."""
     rows: Iterable[tuple[int, str]] = letters.order_by("failed_at", "id").values_list(
-        "id", "status")
+        "id", "status"
+    )
     pairs = list(rows)
     return [pk for pk, status in pairs if status == DeadLetterStatus.DEAD.value], len(pairs)

@@ -47,9 +47,17 @@ SignalCallable = Callable[..., Any]
 class DispatchHook:
     """One task dispatched from one model signal; connect and disconnect it explicitly."""
 
-    def __init__(self, signal: Signal, *, sender: type[Any], task: OutboxTask,
-                 args: SignalCallable | None = None, kwargs: SignalCallable | None = None,
-                 when: SignalCallable | None = None, using: str | None = None) -> None:
+    def __init__(
+        self,
+        signal: Signal,
+        *,
+        sender: type[Any],
+        task: OutboxTask,
+        args: SignalCallable | None = None,
+        kwargs: SignalCallable | None = None,
+        when: SignalCallable | None = None,
+        using: str | None = None,
+    ) -> None:
         self.signal, self.sender, self.task, self.using = signal, sender, task, using
         self._args = _bind(args) if args is not None else None
         self._kwargs = _bind(kwargs) if kwargs is not None else None
@@ -62,8 +70,9 @@ class DispatchHook:
 
     def connect(self) -> DispatchHook:
         """Start dispatching on the signal (idempotent); returns the hook."""
-        self.signal.connect(self.receive, sender=self.sender, weak=False,
-                            dispatch_uid=self.dispatch_uid)
+        self.signal.connect(
+            self.receive, sender=self.sender, weak=False, dispatch_uid=self.dispatch_uid
+        )
         return self
 
     def disconnect(self) -> bool:
@@ -80,8 +89,9 @@ class DispatchHook:
         kwargs = self._kwargs(instance, signal_kwargs) if self._kwargs is not None else {}
         self.dispatch(args, kwargs, using=self.using or signal_kwargs.get("using"))
 
-    def dispatch(self, args: Sequence[Any], kwargs: Mapping[str, Any], *,
-                 using: str | None) -> None:
+    def dispatch(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], *, using: str | None
+    ) -> None:
         """Dispatch the task (an ``OutboxTask`` takes ``using``)."""
         self.task.apply_async(tuple(args), dict(kwargs), using=using)
 
@@ -89,8 +99,15 @@ class DispatchHook:
 class _DecoratedHook(DispatchHook):
     """A hook whose one function decides and builds the call."""
 
-    def __init__(self, function: SignalCallable, signal: Signal, *, sender: type[Any],
-                 task: OutboxTask, using: str | None) -> None:
+    def __init__(
+        self,
+        function: SignalCallable,
+        signal: Signal,
+        *,
+        sender: type[Any],
+        task: OutboxTask,
+        using: str | None,
+    ) -> None:
         super().__init__(signal, sender=sender, task=task, using=using)
         self.function = function
         self._call = _bind(function)
@@ -108,9 +125,16 @@ class _DecoratedHook(DispatchHook):
             self.dispatch(tuple(call), {}, using=self.using or signal_kwargs.get("using"))
 
 
-def dispatch_on(signal: Signal, *, sender: type[Any], task: OutboxTask,
-                args: SignalCallable | None = None, kwargs: SignalCallable | None = None,
-                when: SignalCallable | None = None, using: str | None = None) -> DispatchHook:
+def dispatch_on(
+    signal: Signal,
+    *,
+    sender: type[Any],
+    task: OutboxTask,
+    args: SignalCallable | None = None,
+    kwargs: SignalCallable | None = None,
+    when: SignalCallable | None = None,
+    using: str | None = None,
+) -> DispatchHook:
     """Dispatch ``task`` whenever ``signal`` fires for ``sender``; connected at once.
 
     Parameters
@@ -133,13 +157,16 @@ def dispatch_on(signal: Signal, *, sender: type[Any], task: OutboxTask,
     DispatchHook
         Call ``.disconnect()`` on it to stop.
     """
-    return DispatchHook(signal, sender=sender, task=task, args=args, kwargs=kwargs,
-                        when=when, using=using).connect()
+    return DispatchHook(
+        signal, sender=sender, task=task, args=args, kwargs=kwargs, when=when, using=using
+    ).connect()
 
 
-def dispatch_hook(signal: Signal, *, sender: type[Any], task: OutboxTask,
-                  using: str | None = None) -> Callable[[SignalCallable], DispatchHook]:
+def dispatch_hook(
+    signal: Signal, *, sender: type[Any], task: OutboxTask, using: str | None = None
+) -> Callable[[SignalCallable], DispatchHook]:
     """Decorator form of :func:`dispatch_on`; the hook is *not* connected until ``.connect()``."""
+
     def decorate(function: SignalCallable) -> DispatchHook:
         return _DecoratedHook(function, signal, sender=sender, task=task, using=using)
 
@@ -148,14 +175,19 @@ def dispatch_hook(signal: Signal, *, sender: type[Any], task: OutboxTask,
 
 def _bind(function: SignalCallable) -> Callable[[Any, Mapping[str, Any]], Any]:
     """Call ``function`` with the instance, then the signal kwargs its parameters name."""
-    names = [p.name for p in list(inspect.signature(function).parameters.values())[1:]
-             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    names = [
+        p.name
+        for p in list(inspect.signature(function).parameters.values())[1:]
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
 
     def call(instance: Any, signal_kwargs: Mapping[str, Any]) -> Any:
         missing = [name for name in names if name not in signal_kwargs]
         if missing:
-            raise TypeError(f"{function!r} asks for {missing}, which this signal does not "
-                            f"send; it sends {sorted(signal_kwargs)}.")
+            raise TypeError(
+                f"{function!r} asks for {missing}, which this signal does not "
+                f"send; it sends {sorted(signal_kwargs)}."
+            )
         return function(instance, **{name: signal_kwargs[name] for name in names})
 
     return call

@@ -20,8 +20,17 @@ from celery_outbox.records import MessageStatus, NewMessage
 from django_outbox.models import OutboxMessage
 
 #: Columns the upsert writes (``id`` comes from the database).
-_COLUMNS = ("task_id", "task_name", "payload", "options", "status", "available_at",
-            "attempts", "last_error", "created_at")
+_COLUMNS = (
+    "task_id",
+    "task_name",
+    "payload",
+    "options",
+    "status",
+    "available_at",
+    "attempts",
+    "last_error",
+    "created_at",
+)
 
 
 def new_row(message: NewMessage) -> OutboxMessage:
@@ -46,8 +55,10 @@ def insert_message(message: NewMessage, *, using: str) -> int | None:
 
 def _can_upsert(using: str) -> bool:
     connection = connections[using]
-    return (connection.vendor in ("postgresql", "sqlite")
-            and connection.features.can_return_columns_from_insert)
+    return (
+        connection.vendor in ("postgresql", "sqlite")
+        and connection.features.can_return_columns_from_insert
+    )
 
 
 def _upsert(row: OutboxMessage, *, using: str) -> int | None:
@@ -55,8 +66,7 @@ def _upsert(row: OutboxMessage, *, using: str) -> int | None:
     quote = connection.ops.quote_name
     by_name = {field.name: field for field in OutboxMessage._meta.concrete_fields}
     fields = [by_name[name] for name in _COLUMNS]
-    params = [field.get_db_prep_save(getattr(row, field.attname), connection)
-              for field in fields]
+    params = [field.get_db_prep_save(getattr(row, field.attname), connection) for field in fields]
     # The predicate is a literal: PostgreSQL infers the partial index from it at parse time.
     sql = (
         f"INSERT INTO {quote(OutboxMessage._meta.db_table)} "

@@ -41,8 +41,10 @@ class OutboxMessageQuerySet(models.QuerySet["OutboxMessage"]):
         """
         rows = self.pending().unleased(now).filter(available_at__lte=now)
         if created_before is not None:
-            rows = rows.filter(models.Q(created_at__lte=created_before)
-                               | models.Q(available_at__gt=models.F("created_at")))
+            rows = rows.filter(
+                models.Q(created_at__lte=created_before)
+                | models.Q(available_at__gt=models.F("created_at"))
+            )
         return rows.order_by("available_at", "id")
 
     def leased_by(self, ids: Sequence[int], lease_until: datetime) -> Self:
@@ -59,8 +61,9 @@ class OutboxMessageQuerySet(models.QuerySet["OutboxMessage"]):
 
     def task_ids_pending(self, task_ids: Iterable[str]) -> set[str]:
         """Which of ``task_ids`` already have a pending row."""
-        return set(self.pending().filter(task_id__in=list(task_ids))
-                   .values_list("task_id", flat=True))
+        return set(
+            self.pending().filter(task_id__in=list(task_ids)).values_list("task_id", flat=True)
+        )
 
     def counts_by_status(self) -> dict[str, int]:
         """Number of rows per status value (statuses without rows are absent)."""
@@ -69,8 +72,9 @@ class OutboxMessageQuerySet(models.QuerySet["OutboxMessage"]):
 
     def oldest_pending_created_at(self) -> datetime | None:
         """``created_at`` of the oldest pending row."""
-        oldest: datetime | None = self.pending().aggregate(
-            oldest=models.Min("created_at"))["oldest"]
+        oldest: datetime | None = self.pending().aggregate(oldest=models.Min("created_at"))[
+            "oldest"
+        ]
         return oldest
 
     def purgeable(self, statuses: Iterable[str], older_than: datetime) -> Self:

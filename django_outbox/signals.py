@@ -47,8 +47,9 @@ def _forwarder(django_signal: Signal) -> Any:
 
 
 #: One forwarding receiver per Django signal, built once so ``connect`` is idempotent.
-_RECEIVERS = [(source, _forwarder(target), index) for index, (source, target)
-              in enumerate(_FORWARDS)]
+_RECEIVERS = [
+    (source, _forwarder(target), index) for index, (source, target) in enumerate(_FORWARDS)
+]
 
 
 def connect() -> None:

@@ -38,7 +38,8 @@ def _alias(using: str | None) -> str:
 
 
 def _messages(alias: str) -> OutboxMessageQuerySet:
-    return OutboxMessage.objects.using(alias).all()
+    rows: OutboxMessageQuerySet = OutboxMessage.objects.using(alias).all()
+    return rows
 
 
 @contextlib.contextmanager

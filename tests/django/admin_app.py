@@ -24,13 +24,15 @@ APP_PATH = "tests.django.admin_app:app"
 OTHER = "outbox_admin.other"
 
 #: The app (replaceable: see the module docstring).
-app: Celery = create_app(os.environ.get("OUTBOX_TEST_ADMIN_BROKER", "memory://"),
-                         "outbox-admin-tests")
+app: Celery = create_app(
+    os.environ.get("OUTBOX_TEST_ADMIN_BROKER", "memory://"), "outbox-admin-tests"
+)
 
 
 @app.task(base=OutboxTask, name=OTHER)
 def other(*args: Any, **kwargs: Any) -> None:
     """Does nothing: a second task for filters."""
+
 
 #: A fixed "now" for dead letters, so time filters are deterministic.
 BASE_TIME = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
@@ -41,11 +43,17 @@ def make_letter(**fields: Any) -> Any:
     from django_outbox.models import DeadLetter
 
     values: dict[str, Any] = {
-        "task_id": str(uuid.uuid4()), "task_name": RECORD, "args": [None], "kwargs": {},
+        "task_id": str(uuid.uuid4()),
+        "task_name": RECORD,
+        "args": [None],
+        "kwargs": {},
         "options": {"queue": "outbox-admin-tests"},
-        "exception_type": "builtins.ValueError", "exception_message": "boom",
-        "traceback": "Traceback (most recent call last):\nValueError: boom\n", "retries": 5,
-        "first_failed_at": BASE_TIME - timedelta(minutes=5), "failed_at": BASE_TIME,
+        "exception_type": "builtins.ValueError",
+        "exception_message": "boom",
+        "traceback": "Traceback (most recent call last):\nValueError: boom\n",
+        "retries": 5,
+        "first_failed_at": BASE_TIME - timedelta(minutes=5),
+        "failed_at": BASE_TIME,
     }
     values.update(fields)
     using = values.pop("using", "default")

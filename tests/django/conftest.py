@@ -40,11 +40,20 @@ def now() -> datetime:
 @pytest.fixture
 def message(now: datetime) -> MessageFactory:
     """Factory of ``NewMessage`` values: ``message("task-id", available_at=...)``."""
-    def make(task_id: str = "task-1", *, available_at: datetime | None = None,
-             task_name: str = "tests.noop") -> NewMessage:
-        return NewMessage(task_id=task_id, task_name=task_name, payload='[[], {}, {}]',
-                          options={"routing_key": "celery", "headers": {"id": task_id}},
-                          available_at=available_at or now)
+
+    def make(
+        task_id: str = "task-1",
+        *,
+        available_at: datetime | None = None,
+        task_name: str = "tests.noop",
+    ) -> NewMessage:
+        return NewMessage(
+            task_id=task_id,
+            task_name=task_name,
+            payload="[[], {}, {}]",
+            options={"routing_key": "celery", "headers": {"id": task_id}},
+            available_at=available_at or now,
+        )
 
     return make
 
@@ -69,8 +78,9 @@ class World:
 
     def wait_for_runs(self, count: int, *, timeout: float = 20.0) -> list[dict[str, Any]]:
         """Wait until at least ``count`` runs are recorded; return all of them."""
-        wait_for(lambda: len(self.runs()) >= count, timeout=timeout,
-                 what=f"{count} recorded run(s)")
+        wait_for(
+            lambda: len(self.runs()) >= count, timeout=timeout, what=f"{count} recorded run(s)"
+        )
         return self.runs()
 
 
@@ -79,8 +89,11 @@ def world(broker_url: str, broker_queue: str, tmp_path: Path) -> Iterator[World]
     """An app on the real broker (Redis, then RabbitMQ) with a queue of this test's own."""
     output = tmp_path / "runs.jsonl"
     app = create_app(broker_url, broker_queue)
-    env = {"OUTBOX_TEST_BROKER": broker_url, "OUTBOX_TEST_QUEUE": broker_queue,
-           "OUTBOX_TEST_OUTPUT": str(output)}
+    env = {
+        "OUTBOX_TEST_BROKER": broker_url,
+        "OUTBOX_TEST_QUEUE": broker_queue,
+        "OUTBOX_TEST_OUTPUT": str(output),
+    }
     yield World(app=app, queue=broker_queue, output=output, env=env)
     close_app(app)
 
@@ -94,13 +107,16 @@ def close_app(app: Celery) -> None:
 
 
 @pytest.fixture
-def start_worker(celery_worker_process: Callable[..., WorkerProcess], world: World
-                 ) -> Callable[..., WorkerProcess]:
+def start_worker(
+    celery_worker_process: Callable[..., WorkerProcess], world: World
+) -> Callable[..., WorkerProcess]:
     """Start a real worker of :func:`world`'s app on the current test database."""
+
     def start(**env: str) -> WorkerProcess:
         return celery_worker_process(
-            "tests.django.worker_app", queue=world.queue,
-            env={**world.env, "OUTBOX_DJANGO_DB_URL": database_url(), **env})
+            "tests.django.worker_app",
+            queue=world.queue,
+            env={**world.env, "OUTBOX_DJANGO_DB_URL": database_url(), **env},
+        )
 
     return start
-

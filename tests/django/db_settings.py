@@ -33,14 +33,21 @@ def use_pymysql() -> None:
 def database(url: str) -> dict[str, Any]:
     """A ``DATABASES`` entry for ``url``."""
     if url.startswith("sqlite:///"):
-        return {"ENGINE": ENGINES["sqlite"], "NAME": url.removeprefix("sqlite:///"),
-                "OPTIONS": {"timeout": 30}}
+        return {
+            "ENGINE": ENGINES["sqlite"],
+            "NAME": url.removeprefix("sqlite:///"),
+            "OPTIONS": {"timeout": 30},
+        }
     params = parse_db_url(url)
     if params.scheme == "mysql":
         use_pymysql()
     entry: dict[str, Any] = {
-        "ENGINE": ENGINES[params.scheme], "NAME": params.name, "USER": params.user,
-        "PASSWORD": params.password, "HOST": params.host, "PORT": params.port or "",
+        "ENGINE": ENGINES[params.scheme],
+        "NAME": params.name,
+        "USER": params.user,
+        "PASSWORD": params.password,
+        "HOST": params.host,
+        "PORT": params.port or "",
     }
     if params.scheme == "mysql":
         entry["OPTIONS"] = {"charset": "utf8mb4"}

@@ -52,9 +52,14 @@ def dispatch(record: Any) -> dict[str, Any]:
         second = record.apply_async((user.pk,), task_id="explicit-id")
         rows_for_explicit_id = OutboxMessage.objects.filter(task_id="explicit-id").count()
     sentinel = record.delay(None)
-    return {"vendor": connection.vendor, "expected": [committed.id, first.id, sentinel.id],
-            "same_result": first.id == second.id, "rows_for_explicit_id": rows_for_explicit_id,
-            "rows_left": OutboxMessage.objects.count(), "user_id": user.pk}
+    return {
+        "vendor": connection.vendor,
+        "expected": [committed.id, first.id, sentinel.id],
+        "same_result": first.id == second.id,
+        "rows_for_explicit_id": rows_for_explicit_id,
+        "rows_left": OutboxMessage.objects.count(),
+        "user_id": user.pk,
+    }
 
 
 def main() -> None:

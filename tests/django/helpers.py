@@ -14,8 +14,9 @@ from tests.conftest import django_db_is_postgres
 
 #: For behaviour only a server database shows (row locks, length limits, isolation
 #: between connections): the suite's SQLite mode has none of them.
-postgres_only = pytest.mark.skipif(not django_db_is_postgres(),
-                                   reason="needs the PostgreSQL test database")
+postgres_only = pytest.mark.skipif(
+    not django_db_is_postgres(), reason="needs the PostgreSQL test database"
+)
 
 
 class Rollback(Exception):

@@ -16,6 +16,8 @@ from tests.django.celery_app import create_app
 APP_PATH = "tests.django.outbox_command_app:app"
 
 #: The app (replaceable: see the module docstring).
-app: Celery = create_app(os.environ.get("OUTBOX_TEST_BROKER", "memory://"),
-                         os.environ.get("OUTBOX_TEST_QUEUE", "outbox-command-tests"),
-                         outbox_beat_schedule=False)
+app: Celery = create_app(
+    os.environ.get("OUTBOX_TEST_BROKER", "memory://"),
+    os.environ.get("OUTBOX_TEST_QUEUE", "outbox-command-tests"),
+    outbox_beat_schedule=False,
+)

@@ -29,17 +29,28 @@ class Permanent(Exception):
 def create_retry_app(broker_url: str, queue: str, **conf: Any) -> Celery:
     """The app of the retry tests, every task routed to ``queue``."""
     app = Celery("retry_e2e", broker=broker_url, set_as_current=False)
-    app.conf.update(task_default_queue=queue, broker_connection_retry_on_startup=True,
-                    worker_hijack_root_logger=False, outbox_sweep_interval=0.5,
-                    outbox_publish_grace=0.0, **conf)
+    app.conf.update(
+        task_default_queue=queue,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        outbox_sweep_interval=0.5,
+        outbox_publish_grace=0.0,
+        **conf,
+    )
     task = app.task
     task(base=OutboxTask, bind=True, name="retry.flaky", retry_backoff=FLAKY_BACKOFF)(flaky)
-    task(base=OutboxTask, bind=True, name="retry.always", max_retries=2,
-         retry_backoff=0.1)(always)
-    task(base=OutboxTask, bind=True, name="retry.permanent",
-         dont_autoretry_for=(Permanent,))(permanent)
-    task(base=OutboxTask, bind=True, name="retry.deadline", max_retries=None,
-         retry_backoff=0.2, retry_max_elapsed=1.5)(always)
+    task(base=OutboxTask, bind=True, name="retry.always", max_retries=2, retry_backoff=0.1)(always)
+    task(base=OutboxTask, bind=True, name="retry.permanent", dont_autoretry_for=(Permanent,))(
+        permanent
+    )
+    task(
+        base=OutboxTask,
+        bind=True,
+        name="retry.deadline",
+        max_retries=None,
+        retry_backoff=0.2,
+        retry_max_elapsed=1.5,
+    )(always)
     task(base=OutboxTask, bind=True, name="retry.parked")(parked)
     task(base=OutboxTask, bind=True, name="retry.suicide")(suicide)
     task(base=OutboxTask, bind=True, name="retry.healthy")(healthy)
@@ -49,8 +60,14 @@ def create_retry_app(broker_url: str, queue: str, **conf: Any) -> Celery:
 def log(task: Task[Any, Any], key: str) -> int:
     """Record this attempt; return how many attempts ``key`` had, this one included."""
     path = Path(os.environ["OUTBOX_TEST_OUTPUT"])
-    line = {"task": task.name, "key": key, "retries": task.request.retries,
-            "id": task.request.id, "at": time.time(), "pid": os.getpid()}
+    line = {
+        "task": task.name,
+        "key": key,
+        "retries": task.request.retries,
+        "id": task.request.id,
+        "at": time.time(),
+        "pid": os.getpid(),
+    }
     with path.open("a") as output:
         output.write(json.dumps(line) + "\n")
     return sum(1 for entry in attempts(path) if entry["key"] == key)

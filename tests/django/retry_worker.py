@@ -16,5 +16,8 @@ django.setup()
 
 from tests.django.retry_tasks import create_retry_app  # noqa: E402  (after django.setup)
 
-app = create_retry_app(os.environ["OUTBOX_TEST_BROKER"], os.environ["OUTBOX_TEST_QUEUE"],
-                       **json.loads(os.environ.get("OUTBOX_TEST_CONF", "{}")))
+app = create_retry_app(
+    os.environ["OUTBOX_TEST_BROKER"],
+    os.environ["OUTBOX_TEST_QUEUE"],
+    **json.loads(os.environ.get("OUTBOX_TEST_CONF", "{}")),
+)

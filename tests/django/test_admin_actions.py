@@ -126,7 +126,8 @@ def test_discard_report() -> None:
 
 
 def test_publish_now_makes_pending_rows_due_and_publishes_them_on_commit(
-        django_capture_on_commit_callbacks: Any) -> None:
+    django_capture_on_commit_callbacks: Any,
+) -> None:
     later = dispatch_row(countdown=3600)
     failed = dispatch_row()
     OutboxMessage.objects.filter(pk=failed.pk).update(status=MessageStatus.FAILED.value)
@@ -139,14 +140,16 @@ def test_publish_now_makes_pending_rows_due_and_publishes_them_on_commit(
     assert len(callbacks) == 1
     # Published on the (in-memory) broker: the row is gone, the failed one untouched.
     assert list(OutboxMessage.objects.values_list("id", "status")) == [
-        (failed.pk, MessageStatus.FAILED.value)]
+        (failed.pk, MessageStatus.FAILED.value)
+    ]
 
 
 def test_reset_gives_failed_rows_a_fresh_budget() -> None:
     failed = dispatch_row()
     pending = dispatch_row(countdown=3600)
-    OutboxMessage.objects.filter(pk=failed.pk).update(status=MessageStatus.FAILED.value,
-                                                      attempts=20, last_error="down")
+    OutboxMessage.objects.filter(pk=failed.pk).update(
+        status=MessageStatus.FAILED.value, attempts=20, last_error="down"
+    )
     changed = admin_actions.reset_failed_messages(OutboxMessage.objects.all())
     assert changed == 1
     failed.refresh_from_db()
@@ -159,17 +162,23 @@ def test_reset_gives_failed_rows_a_fresh_budget() -> None:
 
 def test_reset_skips_a_failed_row_whose_task_already_has_a_pending_row() -> None:
     pending = dispatch_row()
-    OutboxMessage.objects.create(task_id=pending.task_id, task_name=pending.task_name,
-                                 payload=pending.payload, options=pending.options,
-                                 status=MessageStatus.FAILED.value,
-                                 available_at=pending.available_at, attempts=20)
+    OutboxMessage.objects.create(
+        task_id=pending.task_id,
+        task_name=pending.task_name,
+        payload=pending.payload,
+        options=pending.options,
+        status=MessageStatus.FAILED.value,
+        available_at=pending.available_at,
+        attempts=20,
+    )
     assert admin_actions.reset_failed_messages(OutboxMessage.objects.all()) == 0
     assert admin_actions.reset_messages(1, 0)[1][0] == messages.WARNING
 
 
 def test_publish_now_report() -> None:
     assert admin_actions.publish_now_messages(1, 1) == [
-        (messages.SUCCESS, "1 outbox message is being published.")]
+        (messages.SUCCESS, "1 outbox message is being published.")
+    ]
 
 
 # -- which Celery app ------------------------------------------------------------------------
@@ -201,4 +210,3 @@ def test_outbox_app_is_the_projects_app(monkeypatch: pytest.MonkeyPatch) -> None
     # Celery's Django fixup makes the project's app the default app when it is created.
     monkeypatch.setattr(celery_state, "default_app", admin_app.app)
     assert outbox_app() is admin_app.app
-

@@ -38,14 +38,23 @@ from tests.worker import WorkerProcess
 if TYPE_CHECKING:
     from playwright.sync_api import Dialog, ViewportSize
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True),
-              pytest.mark.parametrize("broker_url", ["redis"], indirect=True)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.parametrize("broker_url", ["redis"], indirect=True),
+]
 
 #: The browser the test drives (Debian's package, not Playwright's download).
 CHROMIUM = os.environ.get("OUTBOX_TEST_CHROMIUM", "/usr/bin/chromium")
 #: Flags for a headless chromium in a container, without background traffic.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 #: Wide enough for every changelist column.
 VIEWPORT: ViewportSize = {"width": 1600, "height": 1000}
 #: Where the screenshot of the requeue result goes.
@@ -84,8 +93,9 @@ def browser_page(base_url: str) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                             args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
         try:
             context = browser.new_context(base_url=base_url, viewport=VIEWPORT)
             context.set_default_timeout(15_000)
@@ -108,16 +118,19 @@ def action_names(page: Any) -> list[str]:
     if page.locator("select[name=action]").count() == 0:
         return []
     values: list[str] = page.eval_on_selector_all(
-        "select[name=action] option", "options => options.map(o => o.value)")
+        "select[name=action] option", "options => options.map(o => o.value)"
+    )
     return [value for value in values if value]
 
 
 def make_user(name: str, *perms: str, superuser: bool = False) -> User:
     """A staff user with a password and ``perms`` (codenames of ``django_outbox``)."""
-    user: User = User.objects.create_user(name, password=PASSWORD, is_staff=True,
-                                    is_superuser=superuser)
-    user.user_permissions.set(Permission.objects.filter(
-        content_type__app_label="django_outbox", codename__in=perms))
+    user: User = User.objects.create_user(
+        name, password=PASSWORD, is_staff=True, is_superuser=superuser
+    )
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="django_outbox", codename__in=perms)
+    )
     return user
 
 
@@ -155,12 +168,19 @@ def browser_world(world: World, settings: Any, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_superuser_filters_requeues_two_and_the_worker_runs_them(
-        browser_world: World, admin_server: str,
-        start_worker: Callable[..., WorkerProcess]) -> None:
+    browser_world: World, admin_server: str, start_worker: Callable[..., WorkerProcess]
+) -> None:
     make_user("root", superuser=True)
     options = {"queue": browser_world.queue}
-    declined = [make_letter(exception_type=DECLINED, exception_message=f"card {n} declined",
-                            args=[None], options=options) for n in (1, 2)]
+    declined = [
+        make_letter(
+            exception_type=DECLINED,
+            exception_message=f"card {n} declined",
+            args=[None],
+            options=options,
+        )
+        for n in (1, 2)
+    ]
     other = make_letter(exception_type="builtins.KeyError", options=options)
     start_worker()
 
@@ -190,7 +210,8 @@ def test_superuser_filters_requeues_two_and_the_worker_runs_them(
 
 
 def test_staff_without_requeue_permission_has_no_requeue_action(
-        browser_world: World, admin_server: str) -> None:
+    browser_world: World, admin_server: str
+) -> None:
     make_user("viewer", "view_deadletter", "discard_deadletter")
     make_user("operator", "view_deadletter", "requeue_deadletter")
     make_letter()
@@ -208,11 +229,11 @@ def test_staff_without_requeue_permission_has_no_requeue_action(
 
 def test_script_in_args_renders_as_text(browser_world: World, admin_server: str) -> None:
     make_user("root", superuser=True)
-    letter = make_letter(args=[XSS], kwargs={"note": XSS}, exception_message=XSS,
-                         task_name=RECORD)
+    letter = make_letter(args=[XSS], kwargs={"note": XSS}, exception_message=XSS, task_name=RECORD)
     dialogs: list[str] = []
 
     with browser_page(admin_server) as page:
+
         def record_dialog(dialog: Dialog) -> None:
             dialogs.append(dialog.message)
             dialog.dismiss()

@@ -32,8 +32,9 @@ def _outbox_app(settings: Any) -> None:
 def staff(name: str, *perms: str) -> User:
     """A staff user holding ``perms`` (codenames of ``django_outbox``)."""
     user: User = User.objects.create_user(name, password="pw", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(
-        content_type__app_label="django_outbox", codename__in=perms))
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="django_outbox", codename__in=perms)
+    )
     return user
 
 
@@ -81,8 +82,16 @@ def test_changelist_shows_the_columns(admin_client_: Client) -> None:
     make_letter(exception_message="first line\nsecond line", retries=4)
     response = admin_client_.get(LETTERS)
     content = response.content.decode()
-    for header in ("Task name", "Task id", "Exception type", "Message", "Retries",
-                   "First failed at", "Failed at", "Status"):
+    for header in (
+        "Task name",
+        "Task id",
+        "Exception type",
+        "Message",
+        "Retries",
+        "First failed at",
+        "Failed at",
+        "Status",
+    ):
         assert header in content
     assert "first line" in content
     assert "second line" not in content
@@ -101,8 +110,10 @@ def test_filters_by_failure_date(admin_client_: Client) -> None:
     old = make_letter()
     new = make_letter(failed_at=old.failed_at.replace(year=2025))
     assert listed_ids(admin_client_, LETTERS, failed_at__year="2025") == {new.pk}
-    since = {"failed_at__gte": "2025-01-01 00:00:00+00:00",
-             "failed_at__lt": "2026-01-01 00:00:00+00:00"}
+    since = {
+        "failed_at__gte": "2025-01-01 00:00:00+00:00",
+        "failed_at__lt": "2026-01-01 00:00:00+00:00",
+    }
     assert listed_ids(admin_client_, LETTERS, **since) == {new.pk}
 
 
@@ -114,8 +125,12 @@ def test_search_by_task_id_and_message(admin_client_: Client) -> None:
 
 
 def test_detail_is_read_only_pretty_and_escaped(admin_client_: Client) -> None:
-    letter = make_letter(args=[SCRIPT, {"n": 1}], kwargs={"note": SCRIPT},
-                         exception_message=SCRIPT, traceback=f"Traceback\n  {SCRIPT}\n")
+    letter = make_letter(
+        args=[SCRIPT, {"n": 1}],
+        kwargs={"note": SCRIPT},
+        exception_message=SCRIPT,
+        traceback=f"Traceback\n  {SCRIPT}\n",
+    )
     url = reverse("admin:django_outbox_deadletter_change", args=[letter.pk])
     response = admin_client_.get(url)
     content = response.content.decode()
@@ -148,11 +163,14 @@ def test_superuser_has_both_actions(admin_client_: Client) -> None:
     assert action_choices(admin_client_, LETTERS) == {"requeue_selected", "discard_selected"}
 
 
-@pytest.mark.parametrize(("perms", "actions"), [
-    (("view_deadletter",), set()),
-    (("view_deadletter", "requeue_deadletter"), {"requeue_selected"}),
-    (("view_deadletter", "discard_deadletter"), {"discard_selected"}),
-])
+@pytest.mark.parametrize(
+    ("perms", "actions"),
+    [
+        (("view_deadletter",), set()),
+        (("view_deadletter", "requeue_deadletter"), {"requeue_selected"}),
+        (("view_deadletter", "discard_deadletter"), {"discard_selected"}),
+    ],
+)
 def test_actions_follow_permissions(perms: tuple[str, ...], actions: set[str]) -> None:
     client = client_for(staff("bob", *perms))
     assert action_choices(client, LETTERS) == actions
@@ -166,15 +184,17 @@ def test_staff_without_view_permission_cannot_see_dead_letters() -> None:
 def test_requeue_action_reports_counts(admin_client_: Client) -> None:
     dead = [make_letter(), make_letter()]
     done = make_letter(status=DeadLetterStatus.DISCARDED.value)
-    response = run_action(admin_client_, LETTERS, "requeue_selected",
-                          [dead[0].pk, dead[1].pk, done.pk])
+    response = run_action(
+        admin_client_, LETTERS, "requeue_selected", [dead[0].pk, dead[1].pk, done.pk]
+    )
     assert shown_messages(response) == [
         "2 dead letters were requeued.",
         "1 selected letter was skipped: it is not dead (already requeued or discarded).",
     ]
     assert OutboxMessage.objects.count() == 2
     statuses = DeadLetter.objects.filter(pk__in=[d.pk for d in dead]).values_list(
-        "status", "requeued_by")
+        "status", "requeued_by"
+    )
     assert set(statuses) == {(DeadLetterStatus.REQUEUED.value, "admin")}
 
 
@@ -199,8 +219,9 @@ def test_posting_a_forbidden_action_does_nothing() -> None:
 def test_action_post_without_csrf_token_is_refused(admin_user: User) -> None:
     letter = make_letter()
     client = client_for(admin_user, csrf=True)
-    response = client.post(LETTERS, {"action": "requeue_selected",
-                                     "_selected_action": [str(letter.pk)], "index": "0"})
+    response = client.post(
+        LETTERS, {"action": "requeue_selected", "_selected_action": [str(letter.pk)], "index": "0"}
+    )
     assert response.status_code == 403
     letter.refresh_from_db()
     assert letter.status == DeadLetterStatus.DEAD.value
@@ -210,8 +231,9 @@ def test_action_post_with_csrf_token_works(admin_user: User) -> None:
     letter = make_letter()
     client = client_for(admin_user, csrf=True)
     token = client.get(LETTERS).context["csrf_token"]
-    response = run_action(client, LETTERS, "requeue_selected", [letter.pk],
-                          csrfmiddlewaretoken=str(token))
+    response = run_action(
+        client, LETTERS, "requeue_selected", [letter.pk], csrfmiddlewaretoken=str(token)
+    )
     assert shown_messages(response) == ["1 dead letter was requeued."]
 
 
@@ -223,7 +245,9 @@ def test_outbox_changelist_filters_and_search(admin_client_: Client) -> None:
     assert listed_ids(admin_client_, MESSAGES) == {pending.pk, failed.pk}
     assert listed_ids(admin_client_, MESSAGES, status__exact="failed") == {failed.pk}
     assert listed_ids(admin_client_, MESSAGES, task_name=pending.task_name) == {
-        pending.pk, failed.pk}
+        pending.pk,
+        failed.pk,
+    }
     assert listed_ids(admin_client_, MESSAGES, q=pending.task_id) == {pending.pk}
 
 
@@ -254,11 +278,13 @@ def test_outbox_actions_need_the_change_permission(admin_client_: Client) -> Non
 
 def test_reset_action(admin_client_: Client) -> None:
     failed = dispatch_row()
-    OutboxMessage.objects.filter(pk=failed.pk).update(status=MessageStatus.FAILED.value,
-                                                      attempts=20)
+    OutboxMessage.objects.filter(pk=failed.pk).update(
+        status=MessageStatus.FAILED.value, attempts=20
+    )
     response = run_action(admin_client_, MESSAGES, "reset_failed", [failed.pk])
     assert shown_messages(response) == [
-        "1 failed outbox message was reset; the sweeper will publish it."]
+        "1 failed outbox message was reset; the sweeper will publish it."
+    ]
     failed.refresh_from_db()
     assert (failed.status, failed.attempts) == (MessageStatus.PENDING.value, 0)
 

@@ -23,7 +23,9 @@ from django_outbox.store import DjangoOutboxStore
 def test_ready_installs_the_orm_store_as_default() -> None:
     config = apps.get_app_config("django_outbox")
     assert (config.label, config.default_auto_field) == (
-        "django_outbox", "django.db.models.BigAutoField")
+        "django_outbox",
+        "django.db.models.BigAutoField",
+    )
     assert isinstance(store_for(Celery("fresh", set_as_current=False)), DjangoOutboxStore)
 
 
@@ -46,15 +48,23 @@ def test_database_has_the_shared_indexes() -> None:
     assert found[OUTBOX_TABLE]["celery_outbox_task_id_idx"]["columns"] == ["task_id"]
     assert found[OUTBOX_TABLE]["celery_outbox_pending_task_uniq"]["unique"] is True
     assert found[DEAD_LETTER_TABLE]["celery_outbox_dl_status_failed_idx"]["columns"] == [
-        "status", "failed_at"]
+        "status",
+        "failed_at",
+    ]
     assert found[DEAD_LETTER_TABLE]["celery_outbox_dl_task_id_idx"]["columns"] == ["task_id"]
 
 
 @pytest.mark.django_db
 def test_partial_unique_index_allows_one_pending_row_per_task_id(message: Any) -> None:
     def row(status: str) -> OutboxMessage:
-        return OutboxMessage.objects.create(task_id="t", task_name="n", payload="", options={},
-                                            status=status, available_at=message().available_at)
+        return OutboxMessage.objects.create(
+            task_id="t",
+            task_name="n",
+            payload="",
+            options={},
+            status=status,
+            available_at=message().available_at,
+        )
 
     row(MessageStatus.FAILED.value)
     row(MessageStatus.PUBLISHED.value)
@@ -90,8 +100,9 @@ def test_core_signals_are_resent_as_django_signals() -> None:
         core_signals.message_published.send(sender="app", task_ids=["a", "b"])
     finally:
         signals.message_published.disconnect(receiver)
-    assert received == [{"sender": "app", "signal": signals.message_published,
-                         "task_ids": ["a", "b"]}]
+    assert received == [
+        {"sender": "app", "signal": signals.message_published, "task_ids": ["a", "b"]}
+    ]
 
 
 @pytest.fixture
@@ -160,7 +171,8 @@ def test_checks_run_through_django(celery_app: Celery, settings: Any) -> None:
 
 @pytest.mark.django_db
 def test_skip_locked_check_warns_only_without_skip_locked() -> None:
-    expected = [] if connection.features.has_select_for_update_skip_locked else [
-        "django_outbox.W003"]
+    expected = (
+        [] if connection.features.has_select_for_update_skip_locked else ["django_outbox.W003"]
+    )
     assert ids(checks.check_skip_locked(databases=["default"])) == expected
     assert checks.check_skip_locked(databases=[]) == []

@@ -39,7 +39,8 @@ def drain(world: World, *, expected_before: int) -> list[dict[str, Any]]:
 
 
 def test_commit_runs_the_task_once_and_it_sees_the_committed_row(
-        world: World, start_worker: Callable[..., Any]) -> None:
+    world: World, start_worker: Callable[..., Any]
+) -> None:
     start_worker()
     with transaction.atomic():
         user = User.objects.create(username="alice")
@@ -51,7 +52,8 @@ def test_commit_runs_the_task_once_and_it_sees_the_committed_row(
 
 
 def test_rollback_and_rolled_back_savepoint_run_nothing(
-        world: World, start_worker: Callable[..., Any]) -> None:
+    world: World, start_worker: Callable[..., Any]
+) -> None:
     start_worker()
     with rolled_back():
         world.record.delay(User.objects.create(username="rolled-back").pk)
@@ -66,7 +68,8 @@ def test_rollback_and_rolled_back_savepoint_run_nothing(
 
 
 def test_outside_a_transaction_the_task_is_published_at_once(
-        world: World, start_worker: Callable[..., Any]) -> None:
+    world: World, start_worker: Callable[..., Any]
+) -> None:
     start_worker()
     user = User.objects.create(username="bob")
     result = world.record.delay(user.pk)
@@ -76,11 +79,16 @@ def test_outside_a_transaction_the_task_is_published_at_once(
 
 
 def test_post_save_hook_dispatches_with_the_save(
-        world: World, start_worker: Callable[..., Any]) -> None:
+    world: World, start_worker: Callable[..., Any]
+) -> None:
     start_worker()
-    hook = dispatch_on(post_save, sender=User, task=world.record,
-                       args=lambda user, created: (user.pk,),
-                       when=lambda user, created: created)
+    hook = dispatch_on(
+        post_save,
+        sender=User,
+        task=world.record,
+        args=lambda user, created: (user.pk,),
+        when=lambda user, created: created,
+    )
     try:
         with rolled_back():
             User.objects.create(username="rolled-back")
@@ -95,7 +103,8 @@ def test_post_save_hook_dispatches_with_the_save(
 
 
 def test_decorated_hook_is_connected_explicitly(
-        world: World, start_worker: Callable[..., Any]) -> None:
+    world: World, start_worker: Callable[..., Any]
+) -> None:
     start_worker()
 
     @dispatch_hook(post_save, sender=User, task=world.record)
@@ -114,15 +123,14 @@ def test_decorated_hook_is_connected_explicitly(
 
 
 @pytest.mark.parametrize("count", [1, 100])
-def test_statements_on_commit_do_not_grow_with_the_rows(
-        world: World, count: int) -> None:
+def test_statements_on_commit_do_not_grow_with_the_rows(world: World, count: int) -> None:
     connection = connections["default"]
     with CaptureQueriesContext(connection) as queries, transaction.atomic():
         for n in range(count):
             world.record.delay(n)
     sql = [query["sql"] for query in queries]
     last_insert = max(i for i, statement in enumerate(sql) if statement.startswith("INSERT"))
-    on_commit = [statement.split()[0] for statement in sql[last_insert + 1:]]
+    on_commit = [statement.split()[0] for statement in sql[last_insert + 1 :]]
     # COMMIT; then the relay: BEGIN, SELECT ... FOR UPDATE, UPDATE, COMMIT; DELETE.
     assert on_commit == ["COMMIT", "BEGIN", "SELECT", "UPDATE", "COMMIT", "DELETE"]
     assert not OutboxMessage.objects.exists()
@@ -153,7 +161,8 @@ def test_broker_down_at_commit_keeps_the_row_pending(scheme: str) -> None:
 
 @pytest.mark.django_db(transaction=True, databases=["default", "other"])
 def test_using_dispatches_in_the_other_databases_transaction(
-        world: World, start_worker: Callable[..., Any]) -> None:
+    world: World, start_worker: Callable[..., Any]
+) -> None:
     start_worker(OUTBOX_DJANGO_OTHER_DB_URL=database_url("other"))
     with transaction.atomic(using="other"):
         user = User.objects.using("other").create(username="elsewhere")

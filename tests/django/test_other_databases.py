@@ -30,15 +30,20 @@ def other_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def run_django(module_args: list[str], env: dict[str, str]) -> str:
     """Run ``python -m ...`` on ``tests.django.db_settings``; return its stdout."""
     done = subprocess.run(
-        [sys.executable, "-m", *module_args], cwd=REPO_ROOT, capture_output=True, text=True,
-        timeout=120, env=worker_env({**env, "DJANGO_SETTINGS_MODULE": "tests.django.db_settings"}),
+        [sys.executable, "-m", *module_args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=worker_env({**env, "DJANGO_SETTINGS_MODULE": "tests.django.db_settings"}),
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
 def test_dispatch_commits_and_rolls_back_on_other_databases(
-        world: World, celery_worker_process: Callable[..., Any], other_database_url: str) -> None:
+    world: World, celery_worker_process: Callable[..., Any], other_database_url: str
+) -> None:
     env = {**world.env, "OUTBOX_DJANGO_DB_URL": other_database_url}
     run_django(["django", "migrate", "--noinput", "-v", "0"], env)
     celery_worker_process("tests.django.worker_app", queue=world.queue, env=env)

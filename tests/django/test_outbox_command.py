@@ -69,16 +69,26 @@ def use_app(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable
         app.close()
 
 
-def committed_rows(app: Celery, count: int, *, created_at: datetime | None = None,
-                   prefix: str = "row") -> list[str]:
+def committed_rows(
+    app: Celery, count: int, *, created_at: datetime | None = None, prefix: str = "row"
+) -> list[str]:
     """Rows as a crash right after COMMIT leaves them: committed, never published."""
     store = DjangoOutboxStore()
     task_ids = [f"{prefix}-{n}" for n in range(count)]
     with transaction.atomic():
         for task_id in task_ids:  # store.add only: no on-commit publish is registered
-            store.add(build_message(app.tasks[RECORD], (None,), {}, task_id=task_id,
-                                    options={}, now=now(), park_after=timedelta(seconds=30),
-                                    max_bytes=None))
+            store.add(
+                build_message(
+                    app.tasks[RECORD],
+                    (None,),
+                    {},
+                    task_id=task_id,
+                    options={},
+                    now=now(),
+                    park_after=timedelta(seconds=30),
+                    max_bytes=None,
+                )
+            )
     if created_at is not None:
         OutboxMessage.objects.filter(task_id__in=task_ids).update(created_at=created_at)
     return task_ids
@@ -112,8 +122,12 @@ def test_status_counts_rows_dead_letters_and_the_oldest_pending_age(use_app: Any
 
 
 def test_a_row_past_its_publish_attempts_is_failed_and_counted_by_status(use_app: Any) -> None:
-    app = use_app(f"amqp://guest:guest@127.0.0.1:{closed_port()}//", "down-q",
-                  outbox_publish_max_attempts=2, outbox_publish_timeout=0.5)
+    app = use_app(
+        f"amqp://guest:guest@127.0.0.1:{closed_port()}//",
+        "down-q",
+        outbox_publish_max_attempts=2,
+        outbox_publish_timeout=0.5,
+    )
     committed_rows(app, 1, created_at=now() - LONG_AGO)
 
     first = outbox("sweep")
@@ -133,8 +147,12 @@ def test_a_row_past_its_publish_attempts_is_failed_and_counted_by_status(use_app
 
 
 def test_one_sweep_publishes_rows_left_by_a_crash_and_each_task_runs_once(
-        use_app: Any, broker_url: str, broker_queue: str, tmp_path: Path,
-        celery_worker_process: Callable[..., WorkerProcess]) -> None:
+    use_app: Any,
+    broker_url: str,
+    broker_queue: str,
+    tmp_path: Path,
+    celery_worker_process: Callable[..., WorkerProcess],
+) -> None:
     app = use_app(broker_url, broker_queue)
     task_ids = committed_rows(app, 30, created_at=now() - LONG_AGO)
 
@@ -142,9 +160,16 @@ def test_one_sweep_publishes_rows_left_by_a_crash_and_each_task_runs_once(
     assert OutboxMessage.objects.count() == 0
 
     output = tmp_path / "runs.jsonl"
-    celery_worker_process("tests.django.worker_app", queue=broker_queue, env={
-        "OUTBOX_TEST_BROKER": broker_url, "OUTBOX_TEST_QUEUE": broker_queue,
-        "OUTBOX_TEST_OUTPUT": str(output), "OUTBOX_DJANGO_DB_URL": database_url()})
+    celery_worker_process(
+        "tests.django.worker_app",
+        queue=broker_queue,
+        env={
+            "OUTBOX_TEST_BROKER": broker_url,
+            "OUTBOX_TEST_QUEUE": broker_queue,
+            "OUTBOX_TEST_OUTPUT": str(output),
+            "OUTBOX_DJANGO_DB_URL": database_url(),
+        },
+    )
     wait_for(lambda: len(runs(output)) >= 30, timeout=60, what="30 runs")
     time.sleep(1.0)  # room for a duplicate to show up
     assert Counter(r["task_id"] for r in runs(output)) == Counter(dict.fromkeys(task_ids, 1))
@@ -154,18 +179,26 @@ def test_one_sweep_publishes_rows_left_by_a_crash_and_each_task_runs_once(
 
 
 def start_relay(broker_url: str, queue: str, *args: str) -> subprocess.Popen[str]:
-    env = {"DJANGO_SETTINGS_MODULE": "tests.django.outbox_command_settings",
-           "OUTBOX_DJANGO_DB_URL": database_url(), "OUTBOX_TEST_BROKER": broker_url,
-           "OUTBOX_TEST_QUEUE": queue}
+    env = {
+        "DJANGO_SETTINGS_MODULE": "tests.django.outbox_command_settings",
+        "OUTBOX_DJANGO_DB_URL": database_url(),
+        "OUTBOX_TEST_BROKER": broker_url,
+        "OUTBOX_TEST_QUEUE": queue,
+    }
     return subprocess.Popen(
         [sys.executable, "-m", "tests.django.outbox_command_main", "outbox", "relay", *args],
-        cwd=REPO_ROOT, env=worker_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True)
+        cwd=REPO_ROOT,
+        env=worker_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("stop_with", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
 def test_relay_publishes_within_a_second_and_stops_cleanly_on_a_signal(
-        use_app: Any, broker_url: str, broker_queue: str, stop_with: int) -> None:
+    use_app: Any, broker_url: str, broker_queue: str, stop_with: int
+) -> None:
     from tests.integration.sweep_support import drain_task_ids
 
     app = use_app(broker_url, broker_queue)
@@ -198,15 +231,21 @@ def test_purge_deletes_old_rows_of_the_given_status_in_batches(use_app: Any) -> 
     committed_rows(app, 1, prefix="new-published")
     committed_rows(app, 1, created_at=old, prefix="old-pending")
     OutboxMessage.objects.filter(task_id__contains="published").update(
-        status=MessageStatus.PUBLISHED.value)
+        status=MessageStatus.PUBLISHED.value
+    )
     OutboxMessage.objects.filter(task_id__startswith="old-failed").update(
-        status=MessageStatus.FAILED.value)
+        status=MessageStatus.FAILED.value
+    )
 
-    assert outbox("purge", "--older-than", "86400", "--status", "published", "--batch", "2"
-                  ) == "default: purged 5 row(s)\n"
+    assert (
+        outbox("purge", "--older-than", "86400", "--status", "published", "--batch", "2")
+        == "default: purged 5 row(s)\n"
+    )
     assert outbox("purge", "--older-than", "86400") == "default: purged 2 row(s)\n"
     assert sorted(OutboxMessage.objects.values_list("task_id", flat=True)) == [
-        "new-published-0", "old-pending-0"]
+        "new-published-0",
+        "old-pending-0",
+    ]
 
 
 # -- errors --------------------------------------------------------------------------------

@@ -32,8 +32,11 @@ def requeue(*args: str) -> str:
 
 def requeued_ids() -> set[int]:
     """Ids of the letters that are now ``requeued``."""
-    return set(DeadLetter.objects.filter(status=DeadLetterStatus.REQUEUED.value)
-               .values_list("id", flat=True))
+    return set(
+        DeadLetter.objects.filter(status=DeadLetterStatus.REQUEUED.value).values_list(
+            "id", flat=True
+        )
+    )
 
 
 @pytest.fixture

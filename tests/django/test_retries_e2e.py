@@ -39,25 +39,38 @@ class Run:
     def attempts(self, task: str | None = None) -> list[dict[str, Any]]:
         return [a for a in attempts(self.output) if task is None or a["task"] == task]
 
-    def wait_attempts(self, task: str, count: int, timeout: float = 30.0
-                      ) -> list[dict[str, Any]]:
-        wait_for(lambda: len(self.attempts(task)) >= count, timeout=timeout,
-                 what=f"{count} attempt(s) of {task}")
+    def wait_attempts(self, task: str, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+        wait_for(
+            lambda: len(self.attempts(task)) >= count,
+            timeout=timeout,
+            what=f"{count} attempt(s) of {task}",
+        )
         return self.attempts(task)
 
 
 @pytest.fixture
-def run(broker_url: str, broker_queue: str, tmp_path: Path,
-        celery_worker_process: Callable[..., WorkerProcess]) -> Iterator[Run]:
+def run(
+    broker_url: str,
+    broker_queue: str,
+    tmp_path: Path,
+    celery_worker_process: Callable[..., WorkerProcess],
+) -> Iterator[Run]:
     output = tmp_path / "attempts.jsonl"
-    env = {"OUTBOX_TEST_BROKER": broker_url, "OUTBOX_TEST_QUEUE": broker_queue,
-           "OUTBOX_TEST_OUTPUT": str(output), "OUTBOX_DJANGO_DB_URL": database_url()}
+    env = {
+        "OUTBOX_TEST_BROKER": broker_url,
+        "OUTBOX_TEST_QUEUE": broker_queue,
+        "OUTBOX_TEST_OUTPUT": str(output),
+        "OUTBOX_DJANGO_DB_URL": database_url(),
+    }
     app = create_retry_app(broker_url, broker_queue)
 
     def start(conf: dict[str, Any] | None = None, **options: Any) -> WorkerProcess:
         return celery_worker_process(
-            "tests.django.retry_worker", queue=broker_queue,
-            env={**env, "OUTBOX_TEST_CONF": json.dumps(conf or {})}, **options)
+            "tests.django.retry_worker",
+            queue=broker_queue,
+            env={**env, "OUTBOX_TEST_CONF": json.dumps(conf or {})},
+            **options,
+        )
 
     yield Run(app=app, queue=broker_queue, output=output, env=env, start=start)
     close_app(app)
@@ -114,12 +127,16 @@ def test_retry_max_elapsed_ends_retries_on_time(run: Run) -> None:
 
 
 def test_long_wait_is_parked_off_the_broker_and_worker(run: Run, tmp_path: Path) -> None:
-    worker = run.start({"outbox_park_after": 1.0},
-                       extra_args=("-B", "-s", str(tmp_path / "beat-schedule")))
+    worker = run.start(
+        {"outbox_park_after": 1.0}, extra_args=("-B", "-s", str(tmp_path / "beat-schedule"))
+    )
     result = run.app.tasks["retry.parked"].delay("w", 6.0)
     first = run.wait_attempts("retry.parked", 1)[0]
-    wait_for(lambda: OutboxMessage.objects.filter(task_id=result.id).exists(), timeout=5,
-             what="the parked row")
+    wait_for(
+        lambda: OutboxMessage.objects.filter(task_id=result.id).exists(),
+        timeout=5,
+        what="the parked row",
+    )
     row = OutboxMessage.objects.get(task_id=result.id)
     assert row.status == MessageStatus.PENDING.value
     assert row.available_at.timestamp() - first["at"] >= 5.5
@@ -128,20 +145,31 @@ def test_long_wait_is_parked_off_the_broker_and_worker(run: Run, tmp_path: Path)
     tries = run.wait_attempts("retry.parked", 2, timeout=30)
     assert tries[1]["at"] - first["at"] >= 5.9
     assert tries[1]["retries"] == 1
-    wait_for(lambda: not OutboxMessage.objects.filter(task_id=result.id).exists(), timeout=5,
-             what="the published row to be removed")
+    wait_for(
+        lambda: not OutboxMessage.objects.filter(task_id=result.id).exists(),
+        timeout=5,
+        what="the published row to be removed",
+    )
 
 
 def test_failed_eta_publish_parks_the_retry(run: Run) -> None:
     # The worker publishes through a broker that refuses (closed port); it consumes fine.
-    run.start({"broker_write_url": f"redis://127.0.0.1:{closed_port()}/0",
-               "outbox_publish_timeout": 0.5})
+    run.start(
+        {"broker_write_url": f"redis://127.0.0.1:{closed_port()}/0", "outbox_publish_timeout": 0.5}
+    )
     result = run.app.tasks["retry.flaky"].delay("e", 1)
     run.wait_attempts("retry.flaky", 1)
-    wait_for(lambda: OutboxMessage.objects.filter(task_id=result.id).exists(), timeout=10,
-             what="the retry parked after its ETA publish failed")
-    wait_for(lambda: sweep_app(run.app).published > 0 or not OutboxMessage.objects.exists(),
-             timeout=15, interval=0.3, what="the sweep to publish the parked retry")
+    wait_for(
+        lambda: OutboxMessage.objects.filter(task_id=result.id).exists(),
+        timeout=10,
+        what="the retry parked after its ETA publish failed",
+    )
+    wait_for(
+        lambda: sweep_app(run.app).published > 0 or not OutboxMessage.objects.exists(),
+        timeout=15,
+        interval=0.3,
+        what="the sweep to publish the parked retry",
+    )
     tries = run.wait_attempts("retry.flaky", 2)
     assert [t["retries"] for t in tries] == [0, 1]
 

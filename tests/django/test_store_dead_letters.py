@@ -15,11 +15,19 @@ from tests.django.helpers import later, rolled_back
 
 def letter(now: datetime, task_id: str = "dead-1") -> NewDeadLetter:
     """A dead letter of ``tests.flaky``."""
-    return NewDeadLetter(task_id=task_id, task_name="tests.flaky", args=[1, "a"],
-                         kwargs={"k": [True, None]}, options={"queue": "q"},
-                         exception_type="builtins.ValueError", exception_message="nope",
-                         traceback="Traceback ...", retries=5,
-                         first_failed_at=later(now, -60), failed_at=now)
+    return NewDeadLetter(
+        task_id=task_id,
+        task_name="tests.flaky",
+        args=[1, "a"],
+        kwargs={"k": [True, None]},
+        options={"queue": "q"},
+        exception_type="builtins.ValueError",
+        exception_message="nope",
+        traceback="Traceback ...",
+        retries=5,
+        first_failed_at=later(now, -60),
+        failed_at=now,
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -27,8 +35,11 @@ def test_add_and_get_a_dead_letter(store: Any, now: datetime) -> None:
     letter_id = store.add_dead_letter(letter(now))
     stored = store.get_dead_letter(letter_id)
     assert stored.id == letter_id
-    assert (stored.args, stored.kwargs, stored.options) == ([1, "a"], {"k": [True, None]},
-                                                            {"queue": "q"})
+    assert (stored.args, stored.kwargs, stored.options) == (
+        [1, "a"],
+        {"k": [True, None]},
+        {"queue": "q"},
+    )
     assert (stored.status, stored.retries, stored.failed_at) == (DeadLetterStatus.DEAD, 5, now)
     assert store.get_dead_letter(letter_id + 1000) is None
 
@@ -43,20 +54,24 @@ def test_dead_letter_rolls_back_with_the_callers_transaction(store: Any, now: da
 @pytest.mark.django_db(transaction=True)
 def test_requeue_twice_makes_one_row(store: Any, message: Any, now: datetime) -> None:
     letter_id = store.add_dead_letter(letter(now))
-    task_id, row_id = store.requeue_dead_letter(letter_id, message("new-id"), by="alice",
-                                                now=now)
+    task_id, row_id = store.requeue_dead_letter(letter_id, message("new-id"), by="alice", now=now)
     assert (task_id, row_id) == ("new-id", OutboxMessage.objects.get().id)
     again = store.requeue_dead_letter(letter_id, message("other-id"), by="bob", now=now)
     assert again == ("new-id", None)
     assert list(OutboxMessage.objects.values_list("task_id", flat=True)) == ["new-id"]
     stored = store.get_dead_letter(letter_id)
     assert (stored.status, stored.requeued_by, stored.requeued_task_id, stored.requeued_at) == (
-        DeadLetterStatus.REQUEUED, "alice", "new-id", now)
+        DeadLetterStatus.REQUEUED,
+        "alice",
+        "new-id",
+        now,
+    )
 
 
 @pytest.mark.django_db(transaction=True)
-def test_requeue_of_an_unknown_letter_raises_lookup_error(store: Any, message: Any,
-                                                          now: datetime) -> None:
+def test_requeue_of_an_unknown_letter_raises_lookup_error(
+    store: Any, message: Any, now: datetime
+) -> None:
     with pytest.raises(LookupError):
         store.requeue_dead_letter(12345, message("x"), by="alice", now=now)
     assert OutboxMessage.objects.count() == 0
@@ -73,8 +88,9 @@ def test_discard_only_dead_letters(store: Any, message: Any, now: datetime) -> N
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "other"])
-def test_using_selects_the_database_and_its_transaction(store: Any, message: Any,
-                                                        now: datetime) -> None:
+def test_using_selects_the_database_and_its_transaction(
+    store: Any, message: Any, now: datetime
+) -> None:
     published: list[list[int]] = []
     with transaction.atomic(using="other"):
         row_id = store.add(message("elsewhere"), using="other")

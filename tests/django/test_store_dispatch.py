@@ -53,8 +53,9 @@ def in_other_connection(work: Callable[[], T]) -> T:
 
 def committed_task_ids() -> list[str]:
     """Task ids of the committed outbox rows."""
-    return in_other_connection(lambda: sorted(OutboxMessage.objects.values_list(
-        "task_id", flat=True)))
+    return in_other_connection(
+        lambda: sorted(OutboxMessage.objects.values_list("task_id", flat=True))
+    )
 
 
 def test_add_outside_a_transaction_commits_at_once(store: Any, message: Any) -> None:
@@ -87,7 +88,8 @@ def test_rolled_back_savepoint_drops_its_row(store: Any, message: Any) -> None:
 
 
 def test_same_pending_task_id_writes_nothing_and_keeps_the_transaction(
-        store: Any, message: Any) -> None:
+    store: Any, message: Any
+) -> None:
     with transaction.atomic():
         first = store.add(message("same"))
         assert store.add(message("same")) is None
@@ -150,8 +152,7 @@ def test_defer_publish_makes_one_batch_per_transaction(store: Any, message: Any)
     assert publish.calls == [ids]
 
 
-def test_defer_publish_outside_a_transaction_publishes_at_once(
-        store: Any, message: Any) -> None:
+def test_defer_publish_outside_a_transaction_publishes_at_once(store: Any, message: Any) -> None:
     publish = Publisher()
     row_id = store.add(message("now"))
     store.defer_publish(row_id, publish)
@@ -159,7 +160,8 @@ def test_defer_publish_outside_a_transaction_publishes_at_once(
 
 
 def test_rolled_back_transaction_does_not_swallow_the_next_ones_rows(
-        store: Any, message: Any) -> None:
+    store: Any, message: Any
+) -> None:
     publish = Publisher()
     with rolled_back():
         store.defer_publish(store.add(message("lost")), publish)
@@ -170,7 +172,8 @@ def test_rolled_back_transaction_does_not_swallow_the_next_ones_rows(
 
 
 def test_batch_of_a_rolled_back_savepoint_does_not_swallow_later_rows(
-        store: Any, message: Any) -> None:
+    store: Any, message: Any
+) -> None:
     publish = Publisher()
     with transaction.atomic():
         with rolled_back():
@@ -181,7 +184,8 @@ def test_batch_of_a_rolled_back_savepoint_does_not_swallow_later_rows(
 
 
 def test_rows_of_a_rolled_back_savepoint_join_the_batch_but_cannot_be_claimed(
-        store: Any, message: Any, now: Any) -> None:
+    store: Any, message: Any, now: Any
+) -> None:
     publish = Publisher()
     with transaction.atomic():
         kept = store.add(message("kept"))
@@ -215,8 +219,7 @@ def test_a_failing_publisher_stops_no_other_callback(store: Any, message: Any) -
     assert calls == ["after"]
 
 
-def test_each_alias_outside_its_atomic_block_publishes_at_once(
-        store: Any, message: Any) -> None:
+def test_each_alias_outside_its_atomic_block_publishes_at_once(store: Any, message: Any) -> None:
     # ``using`` picks the connection whose transaction counts; "default" here.
     publish = Publisher()
     with transaction.atomic(using="default"):

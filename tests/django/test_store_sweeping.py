@@ -40,7 +40,8 @@ def test_claim_leases_pending_due_rows_only(store: Any, message: Any, now: datet
 
 @pytest.mark.parametrize("count", [1, 100])
 def test_claim_runs_two_statements_whatever_the_number_of_rows(
-        store: Any, message: Any, now: datetime, count: int) -> None:
+    store: Any, message: Any, now: datetime, count: int
+) -> None:
     ids = [store.add(message(f"t{n}")) for n in range(count)]
     with CaptureQueriesContext(connections["default"]) as queries:
         claim = store.claim(ids, now=now, lease_until=later(now, 30))
@@ -48,22 +49,24 @@ def test_claim_runs_two_statements_whatever_the_number_of_rows(
     assert [q["sql"].split()[0] for q in queries] == ["BEGIN", "SELECT", "UPDATE", "COMMIT"]
 
 
-def test_claim_due_respects_grace_limit_and_order(store: Any, message: Any,
-                                                  now: datetime) -> None:
+def test_claim_due_respects_grace_limit_and_order(store: Any, message: Any, now: datetime) -> None:
     for name, seconds in [("b", -20), ("a", -30), ("c", -10), ("fresh", -1)]:
         row_id = store.add(message(name, available_at=later(now, seconds)))
         OutboxMessage.objects.filter(pk=row_id).update(created_at=later(now, seconds))
-    claim = store.claim_due(now=now, created_before=later(now, -5), limit=2,
-                            lease_until=later(now, 30))
+    claim = store.claim_due(
+        now=now, created_before=later(now, -5), limit=2, lease_until=later(now, 30)
+    )
     assert [m.task_id for m in claim.messages] == ["a", "b"]
-    rest = store.claim_due(now=now, created_before=later(now, -5), limit=10,
-                           lease_until=later(now, 30))
+    rest = store.claim_due(
+        now=now, created_before=later(now, -5), limit=10, lease_until=later(now, 30)
+    )
     assert [m.task_id for m in rest.messages] == ["c"]
 
 
 @postgres_only
-def test_claim_due_skips_rows_another_transaction_locked(store: Any, message: Any,
-                                                         now: datetime) -> None:
+def test_claim_due_skips_rows_another_transaction_locked(
+    store: Any, message: Any, now: datetime
+) -> None:
     ids = [store.add(message(f"t{n}", available_at=later(now, -n - 1))) for n in range(3)]
     locked, release = threading.Event(), threading.Event()
 
@@ -80,8 +83,9 @@ def test_claim_due_skips_rows_another_transaction_locked(store: Any, message: An
     holder.start()
     try:
         assert locked.wait(10)
-        claim = store.claim_due(now=now, created_before=later(now, 1), limit=10,
-                                lease_until=later(now, 30))
+        claim = store.claim_due(
+            now=now, created_before=later(now, 1), limit=10, lease_until=later(now, 30)
+        )
     finally:
         release.set()
         holder.join()
@@ -89,7 +93,8 @@ def test_claim_due_skips_rows_another_transaction_locked(store: Any, message: An
 
 
 def test_mark_published_deletes_only_rows_still_leased_by_the_claim(
-        store: Any, message: Any, now: datetime) -> None:
+    store: Any, message: Any, now: datetime
+) -> None:
     ids = [store.add(message(f"t{n}")) for n in range(3)]
     claim = store.claim(ids, now=now, lease_until=later(now, 30))
     # Row 0's lease expired and another publisher took it.
@@ -111,13 +116,15 @@ def test_mark_published_with_keep_marks_rows(store: Any, message: Any, now: date
 
 
 def test_record_failure_counts_attempts_and_gives_up_at_the_limit(
-        store: Any, message: Any, now: datetime) -> None:
+    store: Any, message: Any, now: datetime
+) -> None:
     ids = [store.add(message("fresh")), store.add(message("tired"))]
     OutboxMessage.objects.filter(pk=ids[1]).update(attempts=2)
     claim = store.claim(ids, now=now, lease_until=later(now, 30))
     with CaptureQueriesContext(connections["default"]) as queries:
-        changed = store.record_failure(claim, ids, error="boom", retry_at=later(now, 5),
-                                       max_attempts=3)
+        changed = store.record_failure(
+            claim, ids, error="boom", retry_at=later(now, 5), max_attempts=3
+        )
     assert (changed, len(queries)) == (2, 1)
     rows = {r.task_id: r for r in OutboxMessage.objects.all()}
     assert (rows["fresh"].status, rows["fresh"].attempts) == (PENDING, 1)
@@ -127,7 +134,8 @@ def test_record_failure_counts_attempts_and_gives_up_at_the_limit(
 
 
 def test_record_failure_without_retry_fails_rows_and_is_fenced(
-        store: Any, message: Any, now: datetime) -> None:
+    store: Any, message: Any, now: datetime
+) -> None:
     ids = [store.add(message("a")), store.add(message("b"))]
     claim = store.claim(ids, now=now, lease_until=later(now, 30))
     OutboxMessage.objects.filter(pk=ids[1]).update(locked_until=None)
@@ -137,8 +145,9 @@ def test_record_failure_without_retry_fails_rows_and_is_fenced(
 
 def test_reset_gives_failed_rows_a_fresh_budget(store: Any, message: Any, now: datetime) -> None:
     failed = store.add(message("failed"))
-    OutboxMessage.objects.filter(pk=failed).update(status=FAILED, attempts=20,
-                                                   available_at=later(now, -60))
+    OutboxMessage.objects.filter(pk=failed).update(
+        status=FAILED, attempts=20, available_at=later(now, -60)
+    )
     leased = store.add(message("leased", available_at=later(now, 60)))
     OutboxMessage.objects.filter(pk=leased).update(locked_until=later(now, 30))
     published = store.add(message("published"))
@@ -152,7 +161,8 @@ def test_reset_gives_failed_rows_a_fresh_budget(store: Any, message: Any, now: d
 
 
 def test_reset_leaves_a_failed_row_whose_task_id_is_pending_again(
-        store: Any, message: Any, now: datetime) -> None:
+    store: Any, message: Any, now: datetime
+) -> None:
     old = store.add(message("same"))
     OutboxMessage.objects.filter(pk=old).update(status=FAILED)
     older = store.add(message("twice"))
@@ -169,12 +179,15 @@ def test_reset_leaves_a_failed_row_whose_task_id_is_pending_again(
 def test_counts_oldest_and_purge(store: Any, message: Any, now: datetime) -> None:
     assert store.oldest_pending() is None
     ids = [store.add(message(f"t{n}")) for n in range(4)]
-    OutboxMessage.objects.filter(pk__in=ids[:3]).update(status=PUBLISHED,
-                                                        created_at=later(now, -3600))
-    assert store.count_by_status() == {MessageStatus.PENDING: 1, MessageStatus.PUBLISHED: 3,
-                                       MessageStatus.FAILED: 0}
+    OutboxMessage.objects.filter(pk__in=ids[:3]).update(
+        status=PUBLISHED, created_at=later(now, -3600)
+    )
+    assert store.count_by_status() == {
+        MessageStatus.PENDING: 1,
+        MessageStatus.PUBLISHED: 3,
+        MessageStatus.FAILED: 0,
+    }
     assert store.oldest_pending() == OutboxMessage.objects.get(pk=ids[3]).created_at
-    purged = store.purge(statuses=[MessageStatus.PUBLISHED], older_than=later(now, -60),
-                         limit=2)
+    purged = store.purge(statuses=[MessageStatus.PUBLISHED], older_than=later(now, -60), limit=2)
     assert purged == 2
     assert store.count_by_status()[MessageStatus.PUBLISHED] == 1

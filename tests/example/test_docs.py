@@ -21,8 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_MD = ROOT / "docs" / "settings.md"
 #: Where DESIGN.md may be: the team's shared/ folder beside the checkout (as in CI), in
 #: the repository, or named by ``OUTBOX_DESIGN_MD``.
-DESIGN_CANDIDATES = [ROOT.parent / "shared" / "DESIGN.md", ROOT / "DESIGN.md",
-                     ROOT / "docs" / "design.md"]
+DESIGN_CANDIDATES = [
+    ROOT.parent / "shared" / "DESIGN.md",
+    ROOT / "DESIGN.md",
+    ROOT / "docs" / "design.md",
+]
 
 ROW = re.compile(r"^\|\s*`(?P<name>[A-Za-z_]+)`\s*\|(?P<cells>.*)\|\s*$", re.M)
 

@@ -35,8 +35,15 @@ def engine_for(db_url: str) -> Engine:
 def create_app(broker_url: str, queue: str, db_url: str, **conf: Any) -> Celery:
     """An app on ``broker_url`` routing to ``queue``, its outbox in ``db_url``."""
     app = Celery("sweep_app", broker=broker_url, set_as_current=False)
-    app.conf.update({"task_default_queue": queue, "broker_connection_retry_on_startup": True,
-                     "worker_hijack_root_logger": False, "outbox_beat_schedule": False, **conf})
+    app.conf.update(
+        {
+            "task_default_queue": queue,
+            "broker_connection_retry_on_startup": True,
+            "worker_hijack_root_logger": False,
+            "outbox_beat_schedule": False,
+            **conf,
+        }
+    )
     app.task(base=OutboxTask, name=RECORD, bind=True, shared=False)(record)
     install_store(app, SQLAlchemyOutboxStore(engine=engine_for(db_url)))
     return app
@@ -55,8 +62,9 @@ def create_tables(db_url: str) -> None:
     engine.dispose()
 
 
-def insert_committed_rows(app: Celery, count: int, *, created_at: datetime,
-                          prefix: str = "task") -> list[str]:
+def insert_committed_rows(
+    app: Celery, count: int, *, created_at: datetime, prefix: str = "task"
+) -> list[str]:
     """Rows as a crash after COMMIT leaves them (never published); their task ids.
 
     Each message is built as ``record.delay(n)`` builds it, then inserted in bulk.
@@ -65,13 +73,20 @@ def insert_committed_rows(app: Celery, count: int, *, created_at: datetime,
     task = app.tasks[RECORD]
     values = []
     for n in range(count):
-        message = build_message(task, (n,), {}, task_id=f"{prefix}-{n}", options={},
-                                now=created_at, park_after=timedelta(seconds=30),
-                                max_bytes=None)
+        message = build_message(
+            task,
+            (n,),
+            {},
+            task_id=f"{prefix}-{n}",
+            options={},
+            now=created_at,
+            park_after=timedelta(seconds=30),
+            max_bytes=None,
+        )
         values.append(message_values(message, created_at=created_at))
     with store.engine.begin() as conn:
         for start in range(0, count, 5000):
-            conn.execute(insert(outbox_table), values[start:start + 5000])
+            conn.execute(insert(outbox_table), values[start : start + 5000])
     return [v["task_id"] for v in values]
 
 
@@ -81,12 +96,15 @@ def conf_env(conf: dict[str, Any]) -> str:
 
 
 def _conf_from_env() -> dict[str, Any]:
-    pairs = (item.split("=", 1) for item in os.environ.get("OUTBOX_TEST_CONF", "").split(",")
-             if item)
+    pairs = (
+        item.split("=", 1) for item in os.environ.get("OUTBOX_TEST_CONF", "").split(",") if item
+    )
     return {key: ast.literal_eval(value) for key, value in pairs}
 
 
-app = create_app(os.environ.get("OUTBOX_TEST_BROKER", "memory://"),
-                 os.environ.get("OUTBOX_TEST_QUEUE", "celery"),
-                 os.environ.get("OUTBOX_TEST_DB", "postgresql://postgres@127.0.0.1:5432/test"),
-                 **_conf_from_env())
+app = create_app(
+    os.environ.get("OUTBOX_TEST_BROKER", "memory://"),
+    os.environ.get("OUTBOX_TEST_QUEUE", "celery"),
+    os.environ.get("OUTBOX_TEST_DB", "postgresql://postgres@127.0.0.1:5432/test"),
+    **_conf_from_env(),
+)

@@ -23,15 +23,23 @@ def _django_app() -> Celery:
     from tests.django.celery_app import create_app
 
     # django-celery-beat stores intervals in whole seconds.
-    return create_app(os.environ["OUTBOX_TEST_BROKER"], os.environ["OUTBOX_TEST_QUEUE"],
-                      **{**BEAT_CONF, "outbox_sweep_interval": 1.0})
+    return create_app(
+        os.environ["OUTBOX_TEST_BROKER"],
+        os.environ["OUTBOX_TEST_QUEUE"],
+        **{**BEAT_CONF, "outbox_sweep_interval": 1.0},
+    )
 
 
 def _sqlalchemy_app() -> Celery:
     from tests.integration.sweep_app import create_app
 
-    return create_app(os.environ["OUTBOX_TEST_BROKER"], os.environ["OUTBOX_TEST_QUEUE"],
-                      os.environ["OUTBOX_TEST_DB"], outbox_beat_schedule=True, **BEAT_CONF)
+    return create_app(
+        os.environ["OUTBOX_TEST_BROKER"],
+        os.environ["OUTBOX_TEST_QUEUE"],
+        os.environ["OUTBOX_TEST_DB"],
+        outbox_beat_schedule=True,
+        **BEAT_CONF,
+    )
 
 
 app = _django_app() if os.environ.get("OUTBOX_TEST_DJANGO") == "1" else _sqlalchemy_app()

@@ -41,9 +41,13 @@ def main(argv: list[str]) -> None:
     relay = relay_for(app)
     if args.publish_delay:
         slow_down(relay, args.publish_delay)
-    sweeper = AnnouncingSweeper(app=app, store=relay.store, relay=relay,
-                                config=OutboxConfig.from_celery(app),
-                                budget=timedelta(minutes=10))
+    sweeper = AnnouncingSweeper(
+        app=app,
+        store=relay.store,
+        relay=relay,
+        config=OutboxConfig.from_celery(app),
+        budget=timedelta(minutes=10),
+    )
     while args.go and not args.go.exists():
         time.sleep(0.005)
     total = SweepReport()

@@ -41,10 +41,20 @@ class ThrowawayRedis:
 
     def start(self) -> None:
         """Start the server on its port (empty: no persistence) and wait until it answers."""
-        argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", str(self.workdir)]
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
+        argv = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.workdir),
+        ]
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(self._answers, timeout=10, what=f"redis-server on port {self.port}")
 
     def stop(self) -> None:

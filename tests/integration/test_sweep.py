@@ -78,8 +78,9 @@ def redis_server(tmp_path: Path) -> Iterator[ThrowawayRedis]:
 
 
 def sweeper_for(app: Celery) -> Sweeper:
-    return Sweeper(app=app, store=store_for(app), relay=relay_for(app),
-                   config=OutboxConfig.from_celery(app))
+    return Sweeper(
+        app=app, store=store_for(app), relay=relay_for(app), config=OutboxConfig.from_celery(app)
+    )
 
 
 def counts(app: Celery) -> dict[str, int]:
@@ -90,16 +91,30 @@ EMPTY = {"pending": 0, "published": 0, "failed": 0}
 
 
 def test_rows_left_by_a_crash_after_commit_are_published_by_one_sweep(
-        make_app: Any, broker_url: str, broker_queue: str, outbox_db: str, tmp_path: Path,
-        celery_worker_process: StartWorker) -> None:
+    make_app: Any,
+    broker_url: str,
+    broker_queue: str,
+    outbox_db: str,
+    tmp_path: Path,
+    celery_worker_process: StartWorker,
+) -> None:
     app = make_app(broker_url, broker_queue, outbox_db, outbox_publish_grace=0.2)
     store: SQLAlchemyOutboxStore = store_for(app)  # type: ignore[assignment]
     task_ids = [f"crash-{n}" for n in range(40)]
     with Session(store.engine) as session, session.begin(), store.bind_session(session):
         for n, task_id in enumerate(task_ids):  # store.add only: no on-commit publish
-            store.add(build_message(app.tasks[RECORD], (n,), {}, task_id=task_id, options={},
-                                    now=utcnow(), park_after=timedelta(seconds=30),
-                                    max_bytes=None))
+            store.add(
+                build_message(
+                    app.tasks[RECORD],
+                    (n,),
+                    {},
+                    task_id=task_id,
+                    options={},
+                    now=utcnow(),
+                    park_after=timedelta(seconds=30),
+                    max_bytes=None,
+                )
+            )
     assert counts(app)["pending"] == 40
     time.sleep(0.3)  # past the grace: the rows are the sweeper's now
 
@@ -107,8 +122,12 @@ def test_rows_left_by_a_crash_after_commit_are_published_by_one_sweep(
     assert counts(app) == EMPTY
 
     output = tmp_path / "runs.txt"
-    env = {"OUTBOX_TEST_BROKER": broker_url, "OUTBOX_TEST_QUEUE": broker_queue,
-           "OUTBOX_TEST_DB": outbox_db, "OUTBOX_TEST_OUTPUT": str(output)}
+    env = {
+        "OUTBOX_TEST_BROKER": broker_url,
+        "OUTBOX_TEST_QUEUE": broker_queue,
+        "OUTBOX_TEST_DB": outbox_db,
+        "OUTBOX_TEST_OUTPUT": str(output),
+    }
     celery_worker_process("tests.integration.sweep_app", queue=broker_queue, env=env)
     wait_for(lambda: sum(run_lines(output).values()) >= 40, timeout=60, what="40 runs")
     time.sleep(1.0)  # room for a duplicate to show up
@@ -116,7 +135,8 @@ def test_rows_left_by_a_crash_after_commit_are_published_by_one_sweep(
 
 
 def test_a_sweep_reuses_one_broker_connection_across_batches(
-        make_app: Any, redis_server: ThrowawayRedis, queue_name: str, outbox_db: str) -> None:
+    make_app: Any, redis_server: ThrowawayRedis, queue_name: str, outbox_db: str
+) -> None:
     app = make_app(redis_server.url, queue_name, outbox_db, outbox_sweep_batch_size=100)
     task_ids = insert_committed_rows(app, 600, created_at=utcnow() - LONG_AGO)
     before = redis_server.connections_received()
@@ -133,9 +153,15 @@ def test_a_sweep_reuses_one_broker_connection_across_batches(
 
 
 def test_broker_down_sweeps_back_off_and_broker_back_publishes_everything(
-        make_app: Any, redis_server: ThrowawayRedis, queue_name: str, outbox_db: str) -> None:
-    app = make_app(redis_server.url, queue_name, outbox_db, outbox_sweep_batch_size=100,
-                   outbox_publish_timeout=0.5)
+    make_app: Any, redis_server: ThrowawayRedis, queue_name: str, outbox_db: str
+) -> None:
+    app = make_app(
+        redis_server.url,
+        queue_name,
+        outbox_db,
+        outbox_sweep_batch_size=100,
+        outbox_publish_timeout=0.5,
+    )
     task_ids = insert_committed_rows(app, 250, created_at=utcnow() - LONG_AGO)
     sweeper = sweeper_for(app)
     redis_server.stop()
@@ -173,25 +199,38 @@ def pending_rows(app: Celery) -> list[dict[str, Any]]:
 
 def start_sweeper_process(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.sweep_process", *args], cwd=REPO_ROOT,
-        env=worker_env(env), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        [sys.executable, "-m", "tests.integration.sweep_process", *args],
+        cwd=REPO_ROOT,
+        env=worker_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
 
 
 def test_a_sweeper_killed_mid_batch_leaves_its_rows_to_another_after_the_lease(
-        make_app: Any, broker_url: str, broker_queue: str, outbox_db: str) -> None:
+    make_app: Any, broker_url: str, broker_queue: str, outbox_db: str
+) -> None:
     lease = 6.0  # long enough for a loaded machine to get the first messages out
     conf = {"outbox_claim_lease": lease, "outbox_sweep_batch_size": 200}
     app = make_app(broker_url, broker_queue, outbox_db, **conf)
     task_ids = insert_committed_rows(app, 200, created_at=utcnow() - LONG_AGO)
-    env = {"OUTBOX_TEST_BROKER": broker_url, "OUTBOX_TEST_QUEUE": broker_queue,
-           "OUTBOX_TEST_DB": outbox_db, "OUTBOX_TEST_CONF": conf_env(conf)}
+    env = {
+        "OUTBOX_TEST_BROKER": broker_url,
+        "OUTBOX_TEST_QUEUE": broker_queue,
+        "OUTBOX_TEST_DB": outbox_db,
+        "OUTBOX_TEST_CONF": conf_env(conf),
+    }
     victim = start_sweeper_process(env, "--publish-delay", "0.05")
     try:
         assert victim.stdout is not None
         assert victim.stdout.readline().strip() == "claimed 200"
         claimed_at = time.monotonic()
-        wait_for(lambda: queued_count(broker_url, broker_queue) >= 3, timeout=lease / 2,
-                 what="the first messages of the batch")  # then 195 or so to go
+        wait_for(
+            lambda: queued_count(broker_url, broker_queue) >= 3,
+            timeout=lease / 2,
+            what="the first messages of the batch",
+        )  # then 195 or so to go
     finally:
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(timeout=10)
@@ -210,5 +249,3 @@ def test_a_sweeper_killed_mid_batch_leaves_its_rows_to_another_after_the_lease(
     assert max(seen.values()) <= 2
     assert 0 < len(twice) < 200
     assert counts(app) == EMPTY
-
-

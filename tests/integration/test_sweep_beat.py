@@ -40,10 +40,25 @@ def start_beat(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]
     def start(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
         log = (tmp_path / "beat.log").open("wb")
         process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", APP, "beat", "-l", "info",
-             "-s", str(tmp_path / "celerybeat-schedule"), *args],
-            cwd=REPO_ROOT, env=worker_env(env), stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                APP,
+                "beat",
+                "-l",
+                "info",
+                "-s",
+                str(tmp_path / "celerybeat-schedule"),
+                *args,
+            ],
+            cwd=REPO_ROOT,
+            env=worker_env(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         started.append(process)
         return process
 
@@ -59,10 +74,22 @@ def commit_rows(db_url: str, queue: str, task_name: str, count: int) -> list[str
     app.conf.task_default_queue = queue
     task = app.task(name=task_name, shared=False)(_noop)
     now = utcnow()
-    values = [message_values(build_message(task, (None,), {}, task_id=f"beat-{n}", options={},
-                                           now=now, park_after=timedelta(seconds=30),
-                                           max_bytes=None), created_at=now)
-              for n in range(count)]
+    values = [
+        message_values(
+            build_message(
+                task,
+                (None,),
+                {},
+                task_id=f"beat-{n}",
+                options={},
+                now=now,
+                park_after=timedelta(seconds=30),
+                max_bytes=None,
+            ),
+            created_at=now,
+        )
+        for n in range(count)
+    ]
     engine = engine_for(db_url)
     with engine.begin() as conn:
         conn.execute(insert(outbox_table), values)
@@ -83,13 +110,21 @@ def run_ids(output: Path) -> Counter[str]:
 
 
 def test_the_default_scheduler_runs_the_sweep(
-        broker_url: str, broker_queue: str, postgres_database_url: str, tmp_path: Path,
-        celery_worker_process: StartWorker, start_beat: Callable[..., subprocess.Popen[bytes]]
-        ) -> None:
+    broker_url: str,
+    broker_queue: str,
+    postgres_database_url: str,
+    tmp_path: Path,
+    celery_worker_process: StartWorker,
+    start_beat: Callable[..., subprocess.Popen[bytes]],
+) -> None:
     create_tables(postgres_database_url)
     output = tmp_path / "runs.txt"
-    env = {"OUTBOX_TEST_BROKER": broker_url, "OUTBOX_TEST_QUEUE": broker_queue,
-           "OUTBOX_TEST_DB": postgres_database_url, "OUTBOX_TEST_OUTPUT": str(output)}
+    env = {
+        "OUTBOX_TEST_BROKER": broker_url,
+        "OUTBOX_TEST_QUEUE": broker_queue,
+        "OUTBOX_TEST_DB": postgres_database_url,
+        "OUTBOX_TEST_OUTPUT": str(output),
+    }
     celery_worker_process(APP, queue=broker_queue, env=env)
     task_ids = commit_rows(postgres_database_url, broker_queue, "sweep_it.record", 10)
     start_beat(env)
@@ -99,19 +134,32 @@ def test_the_default_scheduler_runs_the_sweep(
     assert f"Sending due task {BEAT_ENTRY} ({SWEEP_TASK})" in (tmp_path / "beat.log").read_text()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("django_celery_beat") is None,
-                    reason="django-celery-beat is not installed (dev extra)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("django_celery_beat") is None,
+    reason="django-celery-beat is not installed (dev extra)",
+)
 def test_django_celery_beat_database_scheduler_runs_the_sweep(
-        broker_url: str, broker_queue: str, postgres_database_url: str, tmp_path: Path,
-        celery_worker_process: StartWorker, start_beat: Callable[..., subprocess.Popen[bytes]]
-        ) -> None:
+    broker_url: str,
+    broker_queue: str,
+    postgres_database_url: str,
+    tmp_path: Path,
+    celery_worker_process: StartWorker,
+    start_beat: Callable[..., subprocess.Popen[bytes]],
+) -> None:
     output = tmp_path / "runs.jsonl"
-    env = {"OUTBOX_TEST_BROKER": broker_url, "OUTBOX_TEST_QUEUE": broker_queue,
-           "OUTBOX_TEST_DJANGO": "1", "OUTBOX_DJANGO_DB_URL": postgres_database_url,
-           "OUTBOX_TEST_OUTPUT": str(output)}
-    subprocess.run([sys.executable, "-m", "django", "migrate", "-v", "0"], check=True,
-                   cwd=REPO_ROOT, env=worker_env(
-                       {**env, "DJANGO_SETTINGS_MODULE": "tests.integration.sweep_beat_settings"}))
+    env = {
+        "OUTBOX_TEST_BROKER": broker_url,
+        "OUTBOX_TEST_QUEUE": broker_queue,
+        "OUTBOX_TEST_DJANGO": "1",
+        "OUTBOX_DJANGO_DB_URL": postgres_database_url,
+        "OUTBOX_TEST_OUTPUT": str(output),
+    }
+    subprocess.run(
+        [sys.executable, "-m", "django", "migrate", "-v", "0"],
+        check=True,
+        cwd=REPO_ROOT,
+        env=worker_env({**env, "DJANGO_SETTINGS_MODULE": "tests.integration.sweep_beat_settings"}),
+    )
     celery_worker_process(APP, queue=broker_queue, env=env)
     task_ids = commit_rows(postgres_database_url, broker_queue, "django_e2e.record", 10)
     start_beat(env, "-S", "django_celery_beat.schedulers:DatabaseScheduler")
@@ -122,5 +170,7 @@ def test_django_celery_beat_database_scheduler_runs_the_sweep(
         row = conn.execute(
             "SELECT t.task, i.every, i.period FROM django_celery_beat_periodictask t "
             "JOIN django_celery_beat_intervalschedule i ON i.id = t.interval_id "
-            "WHERE t.name = %s", (BEAT_ENTRY,)).fetchone()
+            "WHERE t.name = %s",
+            (BEAT_ENTRY,),
+        ).fetchone()
     assert row == (SWEEP_TASK, 1, "seconds")

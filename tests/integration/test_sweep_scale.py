@@ -53,13 +53,16 @@ def app_factory() -> Iterator[Any]:
 
 
 def test_four_sweepers_at_once_publish_each_row_exactly_once(
-        app_factory: Any, broker_url: str, broker_queue: str, outbox_db: str,
-        tmp_path: Path) -> None:
+    app_factory: Any, broker_url: str, broker_queue: str, outbox_db: str, tmp_path: Path
+) -> None:
     app = app_factory(broker_url, broker_queue, outbox_db)
     task_ids = insert_committed_rows(app, ROWS, created_at=utcnow() - LONG_AGO)
     go = tmp_path / "go"
-    env = {"OUTBOX_TEST_BROKER": broker_url, "OUTBOX_TEST_QUEUE": broker_queue,
-           "OUTBOX_TEST_DB": outbox_db}
+    env = {
+        "OUTBOX_TEST_BROKER": broker_url,
+        "OUTBOX_TEST_QUEUE": broker_queue,
+        "OUTBOX_TEST_DB": outbox_db,
+    }
     sweepers = [start_sweeper_process(env, "--go", str(go)) for _ in range(SWEEPERS)]
     time.sleep(2.0)  # let all four import and connect before they race
     started = time.monotonic()
@@ -69,9 +72,11 @@ def test_four_sweepers_at_once_publish_each_row_exactly_once(
 
     seen = drain_task_ids(broker_url, broker_queue, idle=2.0)
     shares = [r["published"] for r in reports]
-    print(f"\n{SWEEPERS} sweepers, {ROWS} rows in {elapsed:.1f} s: published {shares} "
-          f"(sum {sum(shares)}); broker holds {sum(seen.values())} messages, "
-          f"{len(seen)} distinct task ids")
+    print(
+        f"\n{SWEEPERS} sweepers, {ROWS} rows in {elapsed:.1f} s: published {shares} "
+        f"(sum {sum(shares)}); broker holds {sum(seen.values())} messages, "
+        f"{len(seen)} distinct task ids"
+    )
     assert sum(shares) == ROWS
     assert sum(seen.values()) == ROWS
     assert seen == Counter(dict.fromkeys(task_ids, 1))
@@ -86,21 +91,25 @@ def _report_of(process: subprocess.Popen[str]) -> dict[str, Any]:
 
 
 def test_an_empty_sweep_over_a_million_kept_rows_uses_an_index(
-        app_factory: Any, memory_broker_url: str, queue_name: str, outbox_db: str) -> None:
+    app_factory: Any, memory_broker_url: str, queue_name: str, outbox_db: str
+) -> None:
     app = app_factory(memory_broker_url, queue_name, outbox_db)
     engine = store_for(app).engine  # type: ignore[attr-defined]
     with engine.begin() as conn:
         conn.execute(text(KEEP_MILLION))
         conn.execute(text("ANALYZE celery_outbox_message"))
-    sweeper = Sweeper(app=app, store=store_for(app), relay=relay_for(app),
-                      config=OutboxConfig.from_celery(app))
+    sweeper = Sweeper(
+        app=app, store=store_for(app), relay=relay_for(app), config=OutboxConfig.from_celery(app)
+    )
 
     statements = _statements_of(engine, sweeper.sweep)
     timings = _timings(sweeper.sweep, runs=30)
     plan = _explain(engine, *statements[0])
 
-    print(f"\nempty sweep over {KEPT_ROWS} kept rows: median {statistics.median(timings):.2f} ms,"
-          f" max {max(timings):.2f} ms\n{statements[0][0]}\n" + "\n".join(plan))
+    print(
+        f"\nempty sweep over {KEPT_ROWS} kept rows: median {statistics.median(timings):.2f} ms,"
+        f" max {max(timings):.2f} ms\n{statements[0][0]}\n" + "\n".join(plan)
+    )
     assert len(statements) == 1, "an empty sweep is one claim statement"
     assert not any("Seq Scan" in line for line in plan)
     # The planner picks the partial pending index or the (status, available_at) one.

@@ -77,5 +77,5 @@ def test_negative_retry_is_refused() -> None:
 
 @pytest.mark.parametrize("bad", [timedelta(0), timedelta(seconds=-1), 1.0])
 def test_bad_policy_values_are_named(bad: object) -> None:
-    with pytest.raises(OutboxConfigError, match="BackoffPolicy.base"):
+    with pytest.raises(OutboxConfigError, match=r"BackoffPolicy\.base"):
         BackoffPolicy(base=bad)  # type: ignore[arg-type]

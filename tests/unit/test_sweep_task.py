@@ -54,8 +54,7 @@ def test_outbox_beat_schedule_false_adds_no_entry(new_app: Celery) -> None:
 
 def test_the_default_scheduler_schedules_the_entry(new_app: Celery, tmp_path: Path) -> None:
     new_app.finalize()
-    scheduler = PersistentScheduler(app=new_app, schedule_filename=f"{tmp_path}/beat",
-                                    lazy=False)
+    scheduler = PersistentScheduler(app=new_app, schedule_filename=f"{tmp_path}/beat", lazy=False)
     try:
         assert scheduler.schedule[BEAT_ENTRY].task == SWEEP_TASK
         assert scheduler.schedule[BEAT_ENTRY].schedule.run_every == timedelta(seconds=5)
@@ -70,14 +69,15 @@ def test_the_task_sweeps_the_app_store(new_app: Celery) -> None:
 
     result = new_app.tasks[SWEEP_TASK].apply().get()
 
-    assert result == {"published": 0, "failed": 0, "rescheduled": 0, "batches": 0,
-                      "more": False}
+    assert result == {"published": 0, "failed": 0, "rescheduled": 0, "batches": 0, "more": False}
 
 
 def test_an_app_finalised_before_the_import_gets_the_task_too() -> None:
-    code = ("from celery import Celery\n"
-            "app = Celery('early', set_as_current=False); app.finalize()\n"
-            "import celery_outbox\n"
-            "assert 'celery_outbox.sweep' in app.tasks\n"
-            "assert 'celery-outbox-sweep' in app.conf.beat_schedule\n")
+    code = (
+        "from celery import Celery\n"
+        "app = Celery('early', set_as_current=False); app.finalize()\n"
+        "import celery_outbox\n"
+        "assert 'celery_outbox.sweep' in app.tasks\n"
+        "assert 'celery-outbox-sweep' in app.conf.beat_schedule\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

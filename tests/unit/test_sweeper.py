@@ -43,8 +43,12 @@ def clock() -> FakeClock:
 @pytest.fixture
 def app(queue_name: str) -> Iterator[Celery]:
     app = Celery("sweeper-unit", broker="memory://", set_as_current=False)
-    app.conf.update(task_default_queue=queue_name, outbox_publish_grace=GRACE.total_seconds(),
-                    outbox_sweep_batch_size=3, outbox_publish_max_attempts=3)
+    app.conf.update(
+        task_default_queue=queue_name,
+        outbox_publish_grace=GRACE.total_seconds(),
+        outbox_sweep_batch_size=3,
+        outbox_publish_max_attempts=3,
+    )
 
     @app.task(base=OutboxTask, name="unit.noop", shared=False)
     def noop(n: int) -> int:
@@ -69,26 +73,48 @@ def closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def make_sweeper(app: Celery, store: InMemoryOutboxStore, clock: FakeClock,
-                 budget: timedelta = timedelta(seconds=30)) -> Sweeper:
+def make_sweeper(
+    app: Celery,
+    store: InMemoryOutboxStore,
+    clock: FakeClock,
+    budget: timedelta = timedelta(seconds=30),
+) -> Sweeper:
     relay = relay_for(app)
     relay.clock = clock
-    return Sweeper(app=app, store=store, relay=relay, config=OutboxConfig.from_celery(app),
-                   clock=clock, budget=budget)
+    return Sweeper(
+        app=app,
+        store=store,
+        relay=relay,
+        config=OutboxConfig.from_celery(app),
+        clock=clock,
+        budget=budget,
+    )
 
 
-def committed_rows(app: Celery, store: InMemoryOutboxStore, count: int,
-                   task_name: str = "unit.noop") -> list[int]:
+def committed_rows(
+    app: Celery, store: InMemoryOutboxStore, count: int, task_name: str = "unit.noop"
+) -> list[int]:
     """Rows written as a crash after COMMIT leaves them: in the table, never published."""
     ids = []
     for n in range(count):
-        message = build_message(app.tasks["unit.noop"], (n,), {}, task_id=f"task-{n}",
-                                options={}, now=START, park_after=timedelta(seconds=30),
-                                max_bytes=None)
+        message = build_message(
+            app.tasks["unit.noop"],
+            (n,),
+            {},
+            task_id=f"task-{n}",
+            options={},
+            now=START,
+            park_after=timedelta(seconds=30),
+            max_bytes=None,
+        )
         if task_name != message.task_name:
-            message = NewMessage(task_id=message.task_id, task_name=task_name,
-                                 payload=message.payload, options=message.options,
-                                 available_at=message.available_at)
+            message = NewMessage(
+                task_id=message.task_id,
+                task_name=task_name,
+                payload=message.payload,
+                options=message.options,
+                available_at=message.available_at,
+            )
         row_id = store.add(message)
         assert row_id is not None
         ids.append(row_id)
@@ -106,7 +132,8 @@ def drain(app: Celery, queue_name: str) -> list[str]:
 
 
 def test_one_sweep_publishes_every_due_row_in_batches(
-        app: Celery, store: InMemoryOutboxStore, clock: FakeClock, queue_name: str) -> None:
+    app: Celery, store: InMemoryOutboxStore, clock: FakeClock, queue_name: str
+) -> None:
     committed_rows(app, store, 7)
     clock.now = START + GRACE
 
@@ -118,7 +145,8 @@ def test_one_sweep_publishes_every_due_row_in_batches(
 
 
 def test_rows_younger_than_the_grace_are_left_to_their_publisher(
-        app: Celery, store: InMemoryOutboxStore, clock: FakeClock, queue_name: str) -> None:
+    app: Celery, store: InMemoryOutboxStore, clock: FakeClock, queue_name: str
+) -> None:
     committed_rows(app, store, 2)
     clock.now = START + GRACE - timedelta(seconds=1)
 
@@ -128,7 +156,8 @@ def test_rows_younger_than_the_grace_are_left_to_their_publisher(
 
 
 def test_published_rows_are_kept_when_retention_is_on(
-        app: Celery, store: InMemoryOutboxStore, clock: FakeClock) -> None:
+    app: Celery, store: InMemoryOutboxStore, clock: FakeClock
+) -> None:
     app.conf.outbox_keep_published = 60.0  # read once, when the app is finalised
     committed_rows(app, store, 2)
     clock.now = START + GRACE
@@ -139,7 +168,8 @@ def test_published_rows_are_kept_when_retention_is_on(
 
 
 def test_kept_rows_are_purged_once_they_outlive_the_retention(
-        app: Celery, store: InMemoryOutboxStore, clock: FakeClock) -> None:
+    app: Celery, store: InMemoryOutboxStore, clock: FakeClock
+) -> None:
     app.conf.outbox_keep_published = 60.0
     committed_rows(app, store, 4)
     clock.now = START + GRACE
@@ -156,10 +186,19 @@ def test_kept_rows_are_purged_once_they_outlive_the_retention(
 
 
 def test_an_unregistered_task_fails_at_once_and_the_sweep_goes_on(
-        app: Celery, store: InMemoryOutboxStore, clock: FakeClock, queue_name: str) -> None:
+    app: Celery, store: InMemoryOutboxStore, clock: FakeClock, queue_name: str
+) -> None:
     [bad] = committed_rows(app, store, 1, task_name="unit.gone")
-    good = build_message(app.tasks["unit.noop"], (1,), {}, task_id="good", options={},
-                         now=START, park_after=timedelta(seconds=30), max_bytes=None)
+    good = build_message(
+        app.tasks["unit.noop"],
+        (1,),
+        {},
+        task_id="good",
+        options={},
+        now=START,
+        park_after=timedelta(seconds=30),
+        max_bytes=None,
+    )
     store.add(good)
     clock.now = START + GRACE
 
@@ -172,7 +211,8 @@ def test_an_unregistered_task_fails_at_once_and_the_sweep_goes_on(
 
 
 def test_broker_down_reschedules_and_stops_after_one_batch(
-        app: Celery, store: InMemoryOutboxStore, clock: FakeClock, closed_port: int) -> None:
+    app: Celery, store: InMemoryOutboxStore, clock: FakeClock, closed_port: int
+) -> None:
     app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{closed_port}//"
     committed_rows(app, store, 5)
     clock.now = START + GRACE
@@ -191,7 +231,8 @@ def test_broker_down_reschedules_and_stops_after_one_batch(
 
 
 def test_a_row_at_its_last_attempt_becomes_failed(
-        app: Celery, store: InMemoryOutboxStore, clock: FakeClock, closed_port: int) -> None:
+    app: Celery, store: InMemoryOutboxStore, clock: FakeClock, closed_port: int
+) -> None:
     app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{closed_port}//"
     committed_rows(app, store, 1)
     sweeper = make_sweeper(app, store, clock)
@@ -201,13 +242,15 @@ def test_a_row_at_its_last_attempt_becomes_failed(
         outcomes.append(sweeper.sweep())
 
     assert outcomes == [SweepReport(rescheduled=1, batches=1)] * 2 + [
-        SweepReport(failed=1, batches=1)]
+        SweepReport(failed=1, batches=1)
+    ]
     [row] = store.rows.values()
     assert (row.status, row.attempts) == (MessageStatus.FAILED, 3)
 
 
 def test_the_time_budget_ends_a_sweep_with_rows_left(
-        app: Celery, store: InMemoryOutboxStore, queue_name: str) -> None:
+    app: Celery, store: InMemoryOutboxStore, queue_name: str
+) -> None:
     ticking = FakeClock(step=timedelta(seconds=1))
     store.clock = ticking
     committed_rows(app, store, 10)
@@ -231,14 +274,26 @@ class TwoAliasStore(InMemoryOutboxStore):
     def sweep_aliases(self) -> Sequence[str | None]:
         return ["primary", "replica"]
 
-    def claim_due(self, *, now: datetime, created_before: datetime, limit: int,
-                  lease_until: datetime, using: str | None = None) -> Claim:
+    def claim_due(
+        self,
+        *,
+        now: datetime,
+        created_before: datetime,
+        limit: int,
+        lease_until: datetime,
+        using: str | None = None,
+    ) -> Claim:
         self.aliases.append(using)
         if self.fail:
             self.fail -= 1
             raise StoreError("database is down")
-        return super().claim_due(now=now, created_before=created_before, limit=limit,
-                                 lease_until=lease_until, using=using)
+        return super().claim_due(
+            now=now,
+            created_before=created_before,
+            limit=limit,
+            lease_until=lease_until,
+            using=using,
+        )
 
 
 def test_sweep_all_covers_every_alias_of_the_store(app: Celery, clock: FakeClock) -> None:
@@ -250,7 +305,8 @@ def test_sweep_all_covers_every_alias_of_the_store(app: Celery, clock: FakeClock
 
 
 def test_run_survives_store_errors_and_stops_on_the_event(
-        app: Celery, clock: FakeClock, queue_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    app: Celery, clock: FakeClock, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
     store = TwoAliasStore(clock=clock, fail=2)
     install_store(app, store)
     committed_rows(app, store, 4)

@@ -28,8 +28,9 @@ class OutboxContext:
 
     def sweeper(self) -> Sweeper:
         """A sweeper publishing through the app's relay."""
-        return Sweeper(app=self.app, store=self.store, relay=relay_for(self.app),
-                       config=self.config)
+        return Sweeper(
+            app=self.app, store=self.store, relay=relay_for(self.app), config=self.config
+        )
 
 
 def load_context(database: str | None) -> OutboxContext:
@@ -37,8 +38,9 @@ def load_context(database: str | None) -> OutboxContext:
     app = celery_app()
     store = store_for(app)
     aliases = (database,) if database else tuple(store.sweep_aliases())
-    return OutboxContext(app=app, store=store, config=OutboxConfig.from_celery(app),
-                         aliases=aliases)
+    return OutboxContext(
+        app=app, store=store, config=OutboxConfig.from_celery(app), aliases=aliases
+    )
 
 
 def celery_app() -> Celery:
@@ -57,8 +59,11 @@ def celery_app() -> Celery:
 
 def add_database_argument(parser: ArgumentParser) -> None:
     """``--database ALIAS``: one alias instead of every alias in DJANGO_OUTBOX_DATABASES."""
-    parser.add_argument("--database", default=None,
-                        help="one database alias (default: each of DJANGO_OUTBOX_DATABASES)")
+    parser.add_argument(
+        "--database",
+        default=None,
+        help="one database alias (default: each of DJANGO_OUTBOX_DATABASES)",
+    )
 
 
 def alias_name(alias: str | None) -> str:

@@ -23,8 +23,12 @@ CHOICES = (MessageStatus.PUBLISHED.value, MessageStatus.FAILED.value)
 def add_arguments(parser: ArgumentParser) -> None:
     add_database_argument(parser)
     parser.add_argument("--older-than", type=float, required=True, metavar="SECONDS")
-    parser.add_argument("--status", choices=CHOICES, action="append",
-                        help="published or failed (repeatable; default both)")
+    parser.add_argument(
+        "--status",
+        choices=CHOICES,
+        action="append",
+        help="published or failed (repeatable; default both)",
+    )
     parser.add_argument("--batch", type=int, default=1000, help="rows per DELETE (default 1000)")
 
 
@@ -35,8 +39,9 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     batch = max(options["batch"], 1)
     for alias in context.aliases:
         total = 0
-        while (deleted := context.store.purge(statuses=statuses, older_than=older_than,
-                                              limit=batch, using=alias)):
+        while deleted := context.store.purge(
+            statuses=statuses, older_than=older_than, limit=batch, using=alias
+        ):
             total += deleted
             if deleted < batch:
                 break

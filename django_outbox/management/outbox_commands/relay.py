@@ -18,22 +18,32 @@ HELP = "Publish due rows continuously (sub-second recovery); stop with SIGTERM o
 
 def add_arguments(parser: ArgumentParser) -> None:
     add_database_argument(parser)
-    parser.add_argument("--poll", type=float, default=0.2,
-                        help="seconds between idle passes (default 0.2)")
-    parser.add_argument("--grace", type=float, default=None,
-                        help="seconds a fresh row is left to its on-commit publisher "
-                             "(default outbox_publish_grace; 0 publishes at once)")
+    parser.add_argument(
+        "--poll", type=float, default=0.2, help="seconds between idle passes (default 0.2)"
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=None,
+        help="seconds a fresh row is left to its on-commit publisher "
+        "(default outbox_publish_grace; 0 publishes at once)",
+    )
 
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     context = load_context(options["database"])
     if options["grace"] is not None:
-        context = replace(context, config=replace(
-            context.config, publish_grace=timedelta(seconds=max(options["grace"], 0.0))))
+        context = replace(
+            context,
+            config=replace(
+                context.config, publish_grace=timedelta(seconds=max(options["grace"], 0.0))
+            ),
+        )
     sweeper = context.sweeper()
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set())
-                for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)
+    }
     command.stdout.write(f"outbox relay: polling every {options['poll']} s")
     try:
         sweeper.run(stop, options["poll"], aliases=context.aliases)

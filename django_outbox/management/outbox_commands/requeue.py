@@ -34,14 +34,24 @@ FILTERS = ("task", "exception", "since", "until", "id")
 def add_arguments(parser: ArgumentParser) -> None:
     add_database_argument(parser)
     parser.add_argument("--task", action="append", metavar="NAME", help="task name (repeatable)")
-    parser.add_argument("--exception", action="append", metavar="TYPE",
-                        help="exception type: dotted path or class name (repeatable)")
-    parser.add_argument("--since", type=aware_datetime, metavar="ISO",
-                        help="failed at or after this aware ISO 8601 time")
-    parser.add_argument("--until", type=aware_datetime, metavar="ISO",
-                        help="failed before this aware ISO 8601 time")
-    parser.add_argument("--id", action="append", type=int, metavar="ID",
-                        help="dead letter id (repeatable)")
+    parser.add_argument(
+        "--exception",
+        action="append",
+        metavar="TYPE",
+        help="exception type: dotted path or class name (repeatable)",
+    )
+    parser.add_argument(
+        "--since",
+        type=aware_datetime,
+        metavar="ISO",
+        help="failed at or after this aware ISO 8601 time",
+    )
+    parser.add_argument(
+        "--until", type=aware_datetime, metavar="ISO", help="failed before this aware ISO 8601 time"
+    )
+    parser.add_argument(
+        "--id", action="append", type=int, metavar="ID", help="dead letter id (repeatable)"
+    )
     parser.add_argument("--all", action="store_true", help="every dead letter (no filter)")
     parser.add_argument("--dry-run", action="store_true", help="list, requeue nothing")
     parser.add_argument("--by", default="manage.py", help="recorded as requeued_by")
@@ -49,8 +59,10 @@ def add_arguments(parser: ArgumentParser) -> None:
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     if not options["all"] and not any(options[name] for name in FILTERS):
-        raise CommandError("outbox requeue: give --task, --exception, --since, --until or "
-                           "--id to choose dead letters, or --all for every one of them.")
+        raise CommandError(
+            "outbox requeue: give --task, --exception, --since, --until or "
+            "--id to choose dead letters, or --all for every one of them."
+        )
     context = load_context(options["database"])
     failures: list[str] = []
     for alias in context.aliases:
@@ -62,8 +74,10 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
         write_result(command, result, alias_name(alias))
         failures += [f"#{pk}: {why}" for pk, why in result.failed.items()]
     if failures:
-        raise CommandError(f"outbox requeue: {len(failures)} dead letter(s) could not be "
-                           "requeued:\n" + "\n".join(failures))
+        raise CommandError(
+            f"outbox requeue: {len(failures)} dead letter(s) could not be "
+            "requeued:\n" + "\n".join(failures)
+        )
 
 
 def aware_datetime(value: str) -> datetime:
@@ -79,8 +93,10 @@ def aware_datetime(value: str) -> datetime:
     except ValueError as exc:
         raise ArgumentTypeError(f"{value!r} is not an ISO 8601 time ({exc}).") from exc
     if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise ArgumentTypeError(f"{value!r} has no timezone: add one, e.g. {value}+00:00 "
-                           "(times are never guessed in a local zone).")
+        raise ArgumentTypeError(
+            f"{value!r} has no timezone: add one, e.g. {value}+00:00 "
+            "(times are never guessed in a local zone)."
+        )
     return parsed
 
 
@@ -113,11 +129,11 @@ def exception_filter(types: list[str]) -> Q:
 
 def write_dry_run(command: BaseCommand, letters: DeadLetterQuerySet, alias: str) -> None:
     """List the letters a real run would requeue."""
-    rows = list(letters.values_list("id", "task_name", "task_id", "exception_type",
-                                    "failed_at"))
+    rows = list(letters.values_list("id", "task_name", "task_id", "exception_type", "failed_at"))
     for pk, task_name, task_id, exc_type, failed_at in rows:
-        command.stdout.write(f"would requeue #{pk} {task_name}[{task_id}] {exc_type} "
-                             f"failed {failed_at.isoformat()}")
+        command.stdout.write(
+            f"would requeue #{pk} {task_name}[{task_id}] {exc_type} failed {failed_at.isoformat()}"
+        )
     command.stdout.write(f"{alias}: would requeue {len(rows)} dead letter(s) (dry run)")
 
 
@@ -125,5 +141,6 @@ def write_result(command: BaseCommand, result: RequeueResult, alias: str) -> Non
     """Print each requeued letter's new task id, then the counts."""
     for pk, task_id in result.requeued.items():
         command.stdout.write(f"requeued #{pk} as task {task_id}")
-    command.stdout.write(f"{alias}: requeued {len(result.requeued)} dead letter(s), "
-                         f"{len(result.failed)} failed")
+    command.stdout.write(
+        f"{alias}: requeued {len(result.requeued)} dead letter(s), {len(result.failed)} failed"
+    )

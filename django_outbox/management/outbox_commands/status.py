@@ -40,18 +40,20 @@ def status_of(store: OutboxStore, alias: str) -> dict[str, Any]:
     """Counts, oldest pending age (seconds) and dead letters of database ``alias``."""
     counts = store.count_by_status(using=alias)
     oldest = store.oldest_pending(using=alias)
-    return {"messages": {s.value: counts.get(s, 0) for s in MessageStatus},
-            "oldest_pending_age": None if oldest is None
-            else round((utcnow() - oldest).total_seconds(), 3),
-            "dead_letters": dead_letter_counts(alias)}
+    return {
+        "messages": {s.value: counts.get(s, 0) for s in MessageStatus},
+        "oldest_pending_age": None
+        if oldest is None
+        else round((utcnow() - oldest).total_seconds(), 3),
+        "dead_letters": dead_letter_counts(alias),
+    }
 
 
 def dead_letter_counts(alias: str) -> dict[str, int]:
     """Dead letters of database ``alias`` by status."""
     from django_outbox.models import DeadLetter
 
-    rows = (DeadLetter.objects.using(alias).order_by().values_list("status")
-            .annotate(n=Count("id")))
+    rows = DeadLetter.objects.using(alias).order_by().values_list("status").annotate(n=Count("id"))
     found = dict(rows)
     return {s.value: found.get(s.value, 0) for s in DeadLetterStatus}
 

@@ -29,6 +29,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
             command.stdout.write(
                 f"{alias_name(alias)}: published {report.published}, rescheduled "
                 f"{report.rescheduled}, failed {report.failed} in {report.batches} batch(es)"
-                + (" (time budget spent; rows left)" if report.more else ""))
+                + (" (time budget spent; rows left)" if report.more else "")
+            )
     finally:
         sweeper.relay.close()
