@@ -1,0 +1,125 @@
+"""The broker stopped (or frozen) during a stream of commits, then back: none lost, none hung.
+
+The test process commits a stream of transactions, each dispatching a few tasks through
+the outbox, and times every commit (the on-commit publish included). Meanwhile the broker,
+a throwaway Redis, is stopped and started again (``stop``: a SIGKILL, connections refused)
+or frozen and thawed (``freeze``: SIGSTOP, the port accepts connections and then nothing
+answers, the worst case for a request). A worker with embedded beat runs the tasks and the
+sweep throughout. Every committed dispatch must run, and no commit may take long.
+
+The worker is supervised (:class:`~tests.reliability.harness.Supervisor`): Celery's worker
+on kombu's Redis transport sometimes dies ("'NoneType' object has no attribute
+'hostname'") or stops consuming after "Couldn't ack ... ConnectionError" when Redis goes
+away; it is restarted as a process manager would, and the restarts are reported.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import pytest
+from celery import Task
+from sqlalchemy import insert
+from sqlalchemy.orm import Session
+
+from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
+from tests.conftest import StartWorker
+from tests.reliability.app import RECORD, create_app, create_tables, expected_table
+from tests.reliability.conftest import RecordResult
+from tests.reliability.harness import (
+    ScenarioEnv,
+    Supervisor,
+    done_tally,
+    expected_keys,
+    settle,
+)
+from tests.reliability.servers import ThrowawayRedis
+
+pytestmark = pytest.mark.slow
+
+#: Seconds of committing before, during and after the outage.
+BEFORE, OUTAGE, AFTER = 2.0, 5.0, 3.0
+#: Tasks per transaction.
+BATCH = 5
+#: The longest a commit may take while the broker is down or hung: one publish that times
+#: out and one reconnection that times out (outbox_publish_timeout = 1 s each), plus slack.
+MAX_COMMIT_SECONDS = 2.5
+
+Outage = Literal["stop", "freeze"]
+
+
+def _break_broker(broker: ThrowawayRedis, outage: Outage, done: threading.Event) -> None:
+    time.sleep(BEFORE)
+    if outage == "stop":
+        broker.stop(mode="kill")
+    else:
+        broker.freeze()
+    time.sleep(OUTAGE)
+    if outage == "stop":
+        broker.start()
+    else:
+        broker.thaw()
+    time.sleep(AFTER)
+    done.set()
+
+
+@pytest.mark.parametrize("outage", ["stop", "freeze"])
+def test_broker_outage_during_commits_loses_nothing_and_never_hangs(
+    outage: Outage, celery_worker_process: StartWorker, throwaway_redis: ThrowawayRedis,
+    postgres_database_url: str, make_scenario_env: Callable[..., ScenarioEnv],
+    record_result: RecordResult,
+) -> None:
+    env = make_scenario_env(broker=throwaway_redis.url, db_url=postgres_database_url)
+    app, store = create_app(broker=env.broker, db_url=env.db_url, queue=env.queue,
+                            ledger_dir=str(env.ledger_dir))
+    create_tables(store.engine)
+    supervisor = Supervisor(lambda: celery_worker_process(
+        "tests.reliability.app", queue=env.queue, env=env.as_env(), pool="prefork",
+        concurrency=2, extra_args=("-B",)))
+    done = threading.Event()
+    chaos = threading.Thread(target=_break_broker, args=(throwaway_redis, outage, done))
+    chaos.start()
+    latencies: list[float] = []
+    try:
+        while not done.is_set():
+            latencies.append(_commit_batch(app.tasks[RECORD], store, len(latencies)))
+            time.sleep(0.02)
+    finally:
+        chaos.join()
+
+    expected = expected_keys(store.engine)
+
+    def all_ran() -> bool:
+        tally = done_tally(env, expected)
+        supervisor.check(sum(tally.seen.values()))
+        return not tally.lost
+
+    settle(all_ran, timeout=120)
+    tally = done_tally(env, expected)
+    worst = max(latencies)
+    record_result(
+        f"broker_{outage}_during_commits",
+        title=("Broker (Redis) SIGKILLed during a stream of commits, then restarted"
+               if outage == "stop" else
+               "Broker (Redis) frozen (SIGSTOP) during a stream of commits, then thawed"),
+        tasks=tally.tasks, lost=len(tally.lost), duplicates=tally.duplicates,
+        notes=f"{len(latencies)} commits; {OUTAGE:.0f} s outage; worker -B throughout",
+        extra={"max_commit_s": round(worst, 3), "worker_restarts": supervisor.restarts,
+               "p50_commit_s": round(sorted(latencies)[len(latencies) // 2], 3)},
+    )
+    assert not tally.lost, tally.summary()
+    assert worst < MAX_COMMIT_SECONDS, f"a commit took {worst:.2f}s with the broker {outage}"
+    store.engine.dispose()
+
+
+def _commit_batch(task: Task[Any, Any], store: SQLAlchemyOutboxStore, number: int) -> float:
+    keys = [f"c{number}-{i}" for i in range(BATCH)]
+    started = time.monotonic()
+    with Session(store.engine) as session, session.begin(), store.bind_session(session):
+        session.execute(insert(expected_table), [{"key": key} for key in keys])
+        for key in keys:
+            task.apply_async((key,), task_id=key)
+    return time.monotonic() - started
