@@ -10,7 +10,7 @@ caller's transaction, and the stored message is published later without rebuildi
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
 from typing import Any, cast
 
@@ -18,7 +18,7 @@ from celery import Celery, Task
 from kombu import Connection
 from kombu.compression import compress, decompress
 from kombu.exceptions import EncodeError
-from kombu.serialization import dumps, loads
+from kombu.serialization import dumps, loads, prepare_accept_content
 
 from celery_outbox.exceptions import PayloadError
 from celery_outbox.records import NewMessage
@@ -76,15 +76,22 @@ def capture_message(
 
 
 def serialise_body(
-    task_name: str, body: Any, *, serializer: str, compression: str | None, max_bytes: int | None
+    task_name: str,
+    body: Any,
+    *,
+    serializer: str,
+    compression: str | None,
+    max_bytes: int | None,
+    accept: Collection[str] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Serialise a message body; return the stored payload and its content options.
 
     Raises
     ------
     PayloadError
-        When a value cannot be serialised (naming the task and the type), or the
-        serialised body is larger than ``max_bytes``.
+        When a value cannot be serialised (naming the task and the type), the
+        serialised body is larger than ``max_bytes``, or workers accepting only
+        ``accept`` (Celery's ``accept_content``) would refuse its content type.
     """
     try:
         content_type, content_encoding, data = dumps(body, serializer=serializer)
@@ -93,6 +100,12 @@ def serialise_body(
             f"Cannot dispatch task {task_name!r}: its arguments cannot be serialised "
             f"with {serializer!r}: {exc}"
         ) from exc
+    if accept is not None and content_type not in (prepare_accept_content(accept) or ()):
+        raise PayloadError(
+            f"Cannot dispatch task {task_name!r} with serializer {serializer!r}: workers "
+            f"refuse {content_type!r} (accept_content={list(accept)!r}). Use a serializer "
+            "in accept_content, or add this one there if you trust every producer."
+        )
     raw = data.encode(content_encoding) if isinstance(data, str) else data
     if max_bytes is not None and len(raw) > max_bytes:
         raise PayloadError(
@@ -134,6 +147,7 @@ def build_message(
         serializer=serializer,
         compression=publish.get("compression"),
         max_bytes=max_bytes,
+        accept=app.conf.accept_content,
     )
     headers = dict(publish.get("headers") or {})
     return NewMessage(

@@ -19,6 +19,7 @@ from celery.exceptions import Reject, Retry
 from celery_outbox.config import OutboxConfig
 from celery_outbox.dead_letters import build_dead_letter
 from celery_outbox.envelope import build_message
+from celery_outbox.records import NewMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.retrying import Outcome
 from celery_outbox.signals import task_dead_lettered
@@ -64,20 +65,45 @@ def schedule_retry(
         park_after=config.park_after,
         max_bytes=None,
     )
-    if message.available_at <= now:
-        try:
-            relay_for(app).publish_message(message)
-            return Retry(exc=exc, when=eta)
-        except Exception:  # the broker refused: park it instead, never drop it
-            logger.warning(
-                "celery-outbox: ETA publish of retry %s[%s] failed; parking it",
-                task.name,
-                request.id,
-                exc_info=True,
-            )
-        message = replace(message, available_at=eta)
+    short = message.available_at <= now
+    if short and _publish_eta(task, request, message):
+        return Retry(exc=exc, when=eta)
+    if _park(task, request, replace(message, available_at=eta)):
+        return Retry(exc=exc, when=eta)
+    # A pending row with this task id still exists: the row this attempt was published
+    # from, not yet removed by its publisher. Ride on an ETA rather than drop the retry.
+    if not short and _publish_eta(task, request, message):
+        return Retry(exc=exc, when=eta)
+    raise Reject(
+        f"retry of {task.name}[{request.id}] could be neither published nor parked", requeue=True
+    )
+
+
+def _publish_eta(task: Task[Any, Any], request: Any, message: NewMessage) -> bool:
+    """Publish the retry with its ETA; ``False`` when the broker refused it."""
     try:
-        store_for(app).add(message)
+        relay_for(task.app).publish_message(message)
+    except Exception:
+        logger.warning(
+            "celery-outbox: ETA publish of retry %s[%s] failed",
+            task.name,
+            request.id,
+            exc_info=True,
+        )
+        return False
+    return True
+
+
+def _park(task: Task[Any, Any], request: Any, message: NewMessage) -> bool:
+    """Write the retry as a parked row; ``False`` when a pending row has its task id.
+
+    Raises
+    ------
+    celery.exceptions.Reject
+        With ``requeue=True`` when the store failed: the message is not acknowledged.
+    """
+    try:
+        return store_for(task.app).add(message) is not None
     except Exception as park_exc:
         logger.exception(
             "celery-outbox: could not park retry %s[%s]; requeueing the message",
@@ -85,7 +111,6 @@ def schedule_retry(
             request.id,
         )
         raise Reject(park_exc, requeue=True) from park_exc
-    return Retry(exc=exc, when=eta)
 
 
 def _retry_options(

@@ -41,7 +41,8 @@ def as_datetime(name: str, value: datetime | str, *, tz: tzinfo) -> datetime:
             value = datetime.fromisoformat(value)
         except ValueError:
             raise _error(name, value) from None
-    aware: datetime = maybe_make_aware(value, tz)
+    # Naive: in the app's timezone, as Celery's worker reads a naive ETA.
+    aware: datetime = maybe_make_aware(value, tz, naive_as_utc=False)
     return aware
 
 

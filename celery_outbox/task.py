@@ -264,6 +264,7 @@ class OutboxTask(_TaskBase):
             or self.app.conf.task_serializer,
             compression=None,
             max_bytes=config.max_payload_bytes,
+            accept=self.app.conf.accept_content,
         )
         outcome: list[AsyncResult[Any]] = []
 

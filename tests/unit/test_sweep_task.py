@@ -69,7 +69,14 @@ def test_the_task_sweeps_the_app_store(new_app: Celery) -> None:
 
     result = new_app.tasks[SWEEP_TASK].apply().get()
 
-    assert result == {"published": 0, "failed": 0, "rescheduled": 0, "batches": 0, "more": False}
+    assert result == {
+        "published": 0,
+        "failed": 0,
+        "rescheduled": 0,
+        "batches": 0,
+        "more": False,
+        "purged": 0,
+    }
 
 
 def test_an_app_finalised_before_the_import_gets_the_task_too() -> None:

@@ -1,0 +1,134 @@
+"""Scheduling a retry never drops it: the ETA and parking fall back on each other."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.exceptions import Reject, Retry
+from kombu import Connection, Queue
+
+from celery_outbox import OutboxTask
+from celery_outbox.envelope import build_message
+from celery_outbox.failures import schedule_retry
+from celery_outbox.registry import install_store
+from celery_outbox.testing import InMemoryOutboxStore
+
+NOW = datetime.now(timezone.utc)
+
+
+class Request:
+    """The parts of a Celery request a retry is built from."""
+
+    def __init__(self, task_id: str, queue: str) -> None:
+        self.id, self.args, self.kwargs, self.retries = task_id, [1], {}, 0
+        self.delivery_info = {"exchange": "", "routing_key": queue}
+        self.called_directly, self.is_eager = False, False
+
+    def as_execution_options(self) -> dict[str, Any]:
+        return {"task_id": self.id}
+
+
+@pytest.fixture
+def app(queue_name: str) -> Iterator[Celery]:
+    app = Celery("failures-unit", broker="memory://", set_as_current=False)
+    app.conf.update(task_default_queue=queue_name, outbox_park_after=30.0)
+    app.task(base=OutboxTask, name="unit.retrying", shared=False)(lambda_free)
+    yield app
+    app.close()
+
+
+def lambda_free(n: int) -> int:
+    """A task body."""
+    return n
+
+
+def queued_ids(queue_name: str) -> list[str]:
+    with Connection("memory://") as conn:
+        queue = Queue(queue_name)(conn.default_channel)
+        ids = []
+        while (message := queue.get(no_ack=True)) is not None:
+            ids.append(message.headers["id"])
+        return ids
+
+
+def test_long_wait_is_parked(app: Celery, queue_name: str) -> None:
+    store = InMemoryOutboxStore()
+    install_store(app, store)
+    retry = schedule_retry(
+        app.tasks["unit.retrying"],
+        Request("t1", queue_name),
+        ValueError(),
+        delay=timedelta(minutes=10),
+        first_failed=NOW,
+        now=NOW,
+    )
+    assert isinstance(retry, Retry)
+    (row,) = store.rows.values()
+    assert (row.task_id, row.available_at) == ("t1", NOW + timedelta(minutes=10))
+    assert queued_ids(queue_name) == []
+
+
+def test_park_colliding_with_the_row_being_published_rides_on_an_eta(
+    app: Celery, queue_name: str
+) -> None:
+    # The sweeper published this task's row and has not removed it yet: parking the
+    # retry collides with it, and the retry must not be dropped.
+    store = InMemoryOutboxStore()
+    install_store(app, store)
+    task = app.tasks["unit.retrying"]
+    store.add(
+        build_message(
+            task,
+            (1,),
+            {},
+            task_id="t2",
+            options={},
+            now=NOW,
+            park_after=timedelta(seconds=30),
+            max_bytes=None,
+        )
+    )
+    retry = schedule_retry(
+        task,
+        Request("t2", queue_name),
+        ValueError(),
+        delay=timedelta(minutes=10),
+        first_failed=NOW,
+        now=NOW,
+    )
+    assert isinstance(retry, Retry)
+    assert queued_ids(queue_name) == ["t2"]
+
+
+def test_neither_eta_nor_park_rejects_with_requeue(app: Celery) -> None:
+    store = InMemoryOutboxStore()
+    install_store(app, store)
+    app.conf.broker_write_url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    app.conf.outbox_publish_timeout = 0.2
+    task = app.tasks["unit.retrying"]
+    store.add(
+        build_message(
+            task,
+            (1,),
+            {},
+            task_id="t3",
+            options={},
+            now=NOW,
+            park_after=timedelta(seconds=30),
+            max_bytes=None,
+        )
+    )
+    with pytest.raises(Reject) as caught:
+        schedule_retry(
+            task,
+            Request("t3", "q"),
+            ValueError(),
+            delay=timedelta(minutes=10),
+            first_failed=NOW,
+            now=NOW,
+        )
+    assert caught.value.requeue is True
