@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from celery import Task
-from celery.exceptions import Reject, Retry
+from celery.exceptions import Ignore, Reject, Retry
 
+from celery_outbox.backoff import BackoffPolicy
+from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.dead_letters import build_dead_letter
 from celery_outbox.envelope import build_message
@@ -28,6 +30,10 @@ logger = logging.getLogger(__name__)
 
 #: Message header carrying the time of a task's first failure across its retries.
 FIRST_FAILED_HEADER = "outbox_first_failed_at"
+#: Message header counting how often a message was put back because the store failed.
+REQUEUES_HEADER = "outbox_requeues"
+#: Windows between puts-back of a message while the store is unreachable (1 s ... 1 min).
+STORE_BACKOFF = BackoffPolicy(base=timedelta(seconds=1), cap=timedelta(seconds=60))
 
 
 def first_failed_at(request: Any, now: datetime) -> datetime:
@@ -60,7 +66,13 @@ def schedule_retry(
         request.args,
         request.kwargs,
         task_id=request.id,
-        options=_retry_options(task, request, eta, first_failed),
+        options=republish_options(
+            task,
+            request,
+            eta=eta,
+            retries=request.retries + 1,
+            headers={FIRST_FAILED_HEADER: first_failed.isoformat()},
+        ),
         now=now,
         park_after=config.park_after,
         max_bytes=None,
@@ -95,34 +107,63 @@ def _publish_eta(task: Task[Any, Any], request: Any, message: NewMessage) -> boo
 
 
 def _park(task: Task[Any, Any], request: Any, message: NewMessage) -> bool:
-    """Write the retry as a parked row; ``False`` when a pending row has its task id.
-
-    Raises
-    ------
-    celery.exceptions.Reject
-        With ``requeue=True`` when the store failed: the message is not acknowledged.
-    """
+    """Write the retry as a parked row; ``False`` when a pending row already has its task
+    id, or the store failed (logged)."""
     try:
         return store_for(task.app).add(message) is not None
-    except Exception as park_exc:
-        logger.exception(
-            "celery-outbox: could not park retry %s[%s]; requeueing the message",
+    except Exception:
+        logger.exception("celery-outbox: could not park retry %s[%s]", task.name, request.id)
+        return False
+
+
+def requeue_later(task: Task[Any, Any], request: Any, cause: Exception) -> NoReturn:
+    """The store is unreachable: put this message back after a backoff, not at once.
+
+    The same message (task id, retries, headers) is published again with an ETA on
+    :data:`STORE_BACKOFF`'s window for how often it was put back, and this delivery is
+    acknowledged (``Ignore``). Only if the broker refuses too is the message rejected
+    with requeue, so a long store outage never turns into a hot redelivery loop and
+    nothing is lost.
+    """
+    count = int(getattr(request, REQUEUES_HEADER, 0) or 0)
+    now = utcnow()
+    eta = now + STORE_BACKOFF.delay_for(count)
+    headers = {REQUEUES_HEADER: count + 1}
+    if isinstance(getattr(request, FIRST_FAILED_HEADER, None), str):
+        headers[FIRST_FAILED_HEADER] = getattr(request, FIRST_FAILED_HEADER)
+    options = republish_options(task, request, eta=eta, retries=request.retries, headers=headers)
+    message = build_message(
+        task,
+        request.args,
+        request.kwargs,
+        task_id=request.id,
+        options=options,
+        now=now,
+        park_after=timedelta.max,
+        max_bytes=None,
+    )
+    if _publish_eta(task, request, message):
+        logger.warning(
+            "celery-outbox: store unreachable (%s); %s[%s] put back until %s",
+            cause,
             task.name,
             request.id,
+            eta.isoformat(),
         )
-        raise Reject(park_exc, requeue=True) from park_exc
+        raise Ignore()
+    raise Reject(cause, requeue=True)
 
 
-def _retry_options(
-    task: Task[Any, Any], request: Any, eta: datetime, first_failed: datetime
+def republish_options(
+    task: Task[Any, Any], request: Any, *, eta: datetime, retries: int, headers: dict[str, Any]
 ) -> dict[str, Any]:
-    signature = task.signature_from_request(request, eta=eta, retries=request.retries + 1)
+    """``apply_async`` options sending the running task's message again at ``eta``."""
+    signature = task.signature_from_request(request, eta=eta, retries=retries)
     options = dict(signature.options)
     for key in ("task_id", "eta", "countdown", "retries"):
         options.pop(key, None)
-    headers = dict(options.get("headers") or {})
-    headers[FIRST_FAILED_HEADER] = first_failed.isoformat()
-    return {**options, "headers": headers, "eta": eta, "retries": request.retries + 1}
+    merged = {**(options.get("headers") or {}), **headers}
+    return {**options, "headers": merged, "eta": eta, "retries": retries}
 
 
 def write_dead_letter(
@@ -138,8 +179,9 @@ def write_dead_letter(
 
     Raises
     ------
-    celery.exceptions.Reject
-        With ``requeue=True`` when the dead letter could not be written.
+    celery.exceptions.Ignore
+        When the dead letter could not be written: the message was put back with a
+        delay (:func:`requeue_later`); ``Reject`` with requeue if that failed too.
     """
     letter = build_dead_letter(
         task_name=task.name,
@@ -157,11 +199,9 @@ def write_dead_letter(
         letter_id = store_for(task.app).add_dead_letter(letter)
     except Exception as write_exc:
         logger.exception(
-            "celery-outbox: could not write the dead letter of %s[%s]; requeueing the message",
-            task.name,
-            request.id,
+            "celery-outbox: could not write the dead letter of %s[%s]", task.name, request.id
         )
-        raise Reject(write_exc, requeue=True) from write_exc
+        requeue_later(task, request, write_exc)
     logger.error(
         "celery-outbox: %s[%s] is a dead letter (%s): %r", task.name, request.id, outcome.value, exc
     )

@@ -18,7 +18,12 @@ from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message, serialise_body
 from celery_outbox.exceptions import RetriesExhausted, StoreError, TooManyDeliveries
-from celery_outbox.failures import first_failed_at, schedule_retry, write_dead_letter
+from celery_outbox.failures import (
+    first_failed_at,
+    requeue_later,
+    schedule_retry,
+    write_dead_letter,
+)
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.retrying import Outcome, decide, options_from_task
 from celery_outbox.storage import OutboxStore
@@ -98,7 +103,7 @@ class OutboxTask(_TaskBase):
         try:
             deliveries = store.record_delivery(request.id, now=now)
         except StoreError as store_exc:
-            raise Reject(store_exc, requeue=True) from store_exc
+            requeue_later(self, request, store_exc)
         if deliveries > limit:
             setattr(request, _HANDLED, True)
             error = TooManyDeliveries(

@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from celery.exceptions import Reject, Retry
+from celery.exceptions import Ignore, Reject, Retry
 from kombu import Connection, Queue
 
-from celery_outbox import OutboxTask
+from celery_outbox import OutboxTask, StoreError
 from celery_outbox.envelope import build_message
-from celery_outbox.failures import schedule_retry
+from celery_outbox.failures import schedule_retry, write_dead_letter
 from celery_outbox.registry import install_store
+from celery_outbox.retrying import Outcome
 from celery_outbox.testing import InMemoryOutboxStore
 
 NOW = datetime.now(timezone.utc)
@@ -27,6 +28,7 @@ class Request:
         self.id, self.args, self.kwargs, self.retries = task_id, [1], {}, 0
         self.delivery_info = {"exchange": "", "routing_key": queue}
         self.called_directly, self.is_eager = False, False
+        self.delivery_info["priority"] = None
 
     def as_execution_options(self) -> dict[str, Any]:
         return {"task_id": self.id}
@@ -128,6 +130,52 @@ def test_neither_eta_nor_park_rejects_with_requeue(app: Celery) -> None:
             Request("t3", "q"),
             ValueError(),
             delay=timedelta(minutes=10),
+            first_failed=NOW,
+            now=NOW,
+        )
+    assert caught.value.requeue is True
+
+
+class BrokenStore(InMemoryOutboxStore):
+    """A store whose database is down for dead letters."""
+
+    def add_dead_letter(self, letter: Any, *, using: str | None = None) -> int:
+        raise StoreError("database is down")
+
+
+def test_unwritable_dead_letter_puts_the_message_back_with_a_delay(
+    app: Celery, queue_name: str
+) -> None:
+    install_store(app, BrokenStore())
+    request = Request("t4", queue_name)
+    with pytest.raises(Ignore):  # this delivery is acknowledged: a delayed copy is queued
+        write_dead_letter(
+            app.tasks["unit.retrying"],
+            request,
+            ValueError("boom"),
+            outcome=Outcome.EXHAUSTED,
+            first_failed=NOW,
+            now=NOW,
+        )
+    with Connection("memory://") as conn:
+        message = Queue(queue_name)(conn.default_channel).get(no_ack=True)
+    assert message is not None
+    assert message.headers["id"] == "t4"
+    assert message.headers["outbox_requeues"] == 1
+    assert datetime.fromisoformat(message.headers["eta"]) > NOW
+    assert message.headers["retries"] == 0  # a put-back is not a retry
+
+
+def test_put_back_with_the_broker_down_too_is_rejected_with_requeue(app: Celery) -> None:
+    install_store(app, BrokenStore())
+    app.conf.broker_write_url = "redis://127.0.0.1:1/0"
+    app.conf.outbox_publish_timeout = 0.2
+    with pytest.raises(Reject) as caught:
+        write_dead_letter(
+            app.tasks["unit.retrying"],
+            Request("t5", "q"),
+            ValueError("boom"),
+            outcome=Outcome.EXHAUSTED,
             first_failed=NOW,
             now=NOW,
         )
