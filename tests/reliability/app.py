@@ -38,8 +38,9 @@ DOOMED_RETRIES = 2
 
 #: The tests' own table: the keys whose dispatch committed (written in the same transaction).
 test_metadata = MetaData()
-expected_table = Table("reliability_expected", test_metadata,
-                       Column("key", String(200), primary_key=True))
+expected_table = Table(
+    "reliability_expected", test_metadata, Column("key", String(200), primary_key=True)
+)
 
 
 class FlakyError(Exception):
@@ -60,8 +61,9 @@ class FastRetries(OutboxTask):
 def make_engine(url: str) -> Engine:
     """An engine that notices a restarted server (pre-ping) and fails fast when it is down."""
     connect_args = {"connect_timeout": 2} if url.startswith("postgresql") else {}
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5,
-                         connect_args=connect_args)
+    return create_engine(
+        url, pool_pre_ping=True, pool_size=5, max_overflow=5, connect_args=connect_args
+    )
 
 
 def create_tables(engine: Engine) -> None:
@@ -70,29 +72,32 @@ def create_tables(engine: Engine) -> None:
     test_metadata.create_all(engine)
 
 
-def create_app(*, broker: str, db_url: str, queue: str, ledger_dir: str,
-               beat_schedule: str = "", **conf: Any) -> tuple[Celery, SQLAlchemyOutboxStore]:
+def create_app(
+    *, broker: str, db_url: str, queue: str, ledger_dir: str, beat_schedule: str = "", **conf: Any
+) -> tuple[Celery, SQLAlchemyOutboxStore]:
     """The app and its store; ``conf`` overrides the (fast) outbox settings below."""
     app = Celery("reliability", broker=broker, set_as_current=False)
-    app.conf.update({
-        "task_default_queue": queue,
-        "task_ignore_result": True,
-        "broker_connection_retry_on_startup": True,
-        "broker_connection_max_retries": None,
-        "broker_transport_options": {"visibility_timeout": 20},
-        "worker_hijack_root_logger": False,
-        "worker_prefetch_multiplier": 1,
-        # No pub/sub connection for remote control: kombu's Redis transport can crash the
-        # worker ("'NoneType' object has no attribute 'hostname'") reconnecting it.
-        "worker_enable_remote_control": False,
-        "beat_schedule_filename": beat_schedule or os.devnull,
-        "outbox_sweep_interval": 0.5,
-        "outbox_publish_grace": 0.5,
-        "outbox_claim_lease": 5.0,
-        "outbox_park_after": 1.0,
-        "outbox_publish_timeout": 1.0,
-        **conf,
-    })
+    app.conf.update(
+        {
+            "task_default_queue": queue,
+            "task_ignore_result": True,
+            "broker_connection_retry_on_startup": True,
+            "broker_connection_max_retries": None,
+            "broker_transport_options": {"visibility_timeout": 20},
+            "worker_hijack_root_logger": False,
+            "worker_prefetch_multiplier": 1,
+            # No pub/sub connection for remote control: kombu's Redis transport can crash the
+            # worker ("'NoneType' object has no attribute 'hostname'") reconnecting it.
+            "worker_enable_remote_control": False,
+            "beat_schedule_filename": beat_schedule or os.devnull,
+            "outbox_sweep_interval": 0.5,
+            "outbox_publish_grace": 0.5,
+            "outbox_claim_lease": 5.0,
+            "outbox_park_after": 1.0,
+            "outbox_publish_timeout": 1.0,
+            **conf,
+        }
+    )
     _register_tasks(app, ledger_dir)
     store = SQLAlchemyOutboxStore(engine=make_engine(db_url))
     install_store(app, store)
@@ -120,16 +125,19 @@ def _register_tasks(app: Celery, ledger_dir: str) -> None:
 
     app.task(name=RECORD, base=FastRetries, bind=True, shared=False)(record)
     app.task(name=FLAKY, base=FastRetries, bind=True, shared=False, max_retries=10)(flaky)
-    app.task(name=DOOMED, base=FastRetries, bind=True, shared=False,
-             max_retries=DOOMED_RETRIES)(doomed)
+    app.task(name=DOOMED, base=FastRetries, bind=True, shared=False, max_retries=DOOMED_RETRIES)(
+        doomed
+    )
     app.task(name=SLOW, base=FastRetries, bind=True, shared=False)(slow)
 
 
 def env_app() -> tuple[Celery, SQLAlchemyOutboxStore]:
     """The app built from ``RELIABILITY_*`` environment variables."""
     return create_app(
-        broker=os.environ["RELIABILITY_BROKER"], db_url=os.environ["RELIABILITY_DB"],
-        queue=os.environ["RELIABILITY_QUEUE"], ledger_dir=os.environ["RELIABILITY_LEDGER"],
+        broker=os.environ["RELIABILITY_BROKER"],
+        db_url=os.environ["RELIABILITY_DB"],
+        queue=os.environ["RELIABILITY_QUEUE"],
+        ledger_dir=os.environ["RELIABILITY_LEDGER"],
         beat_schedule=os.environ.get("RELIABILITY_BEAT_SCHEDULE", ""),
         **json.loads(os.environ.get("RELIABILITY_CONF") or "{}"),
     )

@@ -76,8 +76,13 @@ def make_scenario_env(tmp_path: Path, queue_name: str) -> Callable[..., Scenario
     def make(*, broker: str, db_url: str) -> ScenarioEnv:
         ledger_dir = tmp_path / "ledger"
         ledger_dir.mkdir(exist_ok=True)
-        return ScenarioEnv(broker=broker, db_url=sqlalchemy_url(db_url), queue=queue_name,
-                           ledger_dir=ledger_dir, beat_schedule=tmp_path / "beat-schedule")
+        return ScenarioEnv(
+            broker=broker,
+            db_url=sqlalchemy_url(db_url),
+            queue=queue_name,
+            ledger_dir=ledger_dir,
+            beat_schedule=tmp_path / "beat-schedule",
+        )
 
     return make
 
@@ -86,11 +91,27 @@ def make_scenario_env(tmp_path: Path, queue_name: str) -> Callable[..., Scenario
 def record_result() -> RecordResult:
     """Record a scenario's counts in ``results.json`` (before the test asserts on them)."""
 
-    def record(scenario: str, *, title: str, tasks: int, lost: int, duplicates: int,
-               notes: str = "", extra: Mapping[str, Any] | None = None) -> None:
-        results.record(results.ScenarioResult(
-            scenario=scenario, title=title, tasks=tasks, lost=lost, duplicates=duplicates,
-            notes=notes, extra=dict(extra or {})))
+    def record(
+        scenario: str,
+        *,
+        title: str,
+        tasks: int,
+        lost: int,
+        duplicates: int,
+        notes: str = "",
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        results.record(
+            results.ScenarioResult(
+                scenario=scenario,
+                title=title,
+                tasks=tasks,
+                lost=lost,
+                duplicates=duplicates,
+                notes=notes,
+                extra=dict(extra or {}),
+            )
+        )
 
     return record
 

@@ -84,8 +84,11 @@ def start_producer(env: ScenarioEnv, log_path: Path, *args: str) -> subprocess.P
     with log_path.open("ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "tests.reliability.producer", *args],
-            cwd=REPO_ROOT, env=worker_env(env.as_env()), stdin=subprocess.DEVNULL,
-            stdout=log, stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            env=worker_env(env.as_env()),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
 
 

@@ -76,8 +76,10 @@ class Tally:
 
     def summary(self) -> str:
         """One line for assertion messages."""
-        return (f"tasks={self.tasks} lost={len(self.lost)} duplicates={self.duplicates} "
-                f"phantoms={len(self.phantoms)} (lost sample: {sorted(self.lost)[:5]})")
+        return (
+            f"tasks={self.tasks} lost={len(self.lost)} duplicates={self.duplicates} "
+            f"phantoms={len(self.phantoms)} (lost sample: {sorted(self.lost)[:5]})"
+        )
 
 
 def tally(expected: Iterable[str], seen: Counter[str]) -> Tally:

@@ -26,14 +26,18 @@ def _cell(text: str) -> str:
 def _row(result: ScenarioResult) -> str:
     extra = ", ".join(f"{key}={value}" for key, value in sorted(result.extra.items()))
     notes = "; ".join(part for part in (result.notes, extra) if part)
-    return (f"| {_cell(result.title)} | `{result.scenario}` | {result.tasks} | {result.lost} "
-            f"| {result.duplicates} | {_cell(notes)} | {result.measured_at} |")
+    return (
+        f"| {_cell(result.title)} | `{result.scenario}` | {result.tasks} | {result.lost} "
+        f"| {result.duplicates} | {_cell(notes)} | {result.measured_at} |"
+    )
 
 
 def render_table(results: dict[str, ScenarioResult]) -> str:
     """The Markdown table, one row per scenario in id order."""
-    lines = ["| scenario | test id | tasks | lost | duplicates | notes | measured |",
-             "| --- | --- | ---: | ---: | ---: | --- | --- |"]
+    lines = [
+        "| scenario | test id | tasks | lost | duplicates | notes | measured |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- |",
+    ]
     lines += [_row(results[key]) for key in sorted(results)]
     if not results:
         lines.append("| (no results yet: run `pytest tests/reliability`) | | | | | | |")

@@ -30,7 +30,8 @@ class ScenarioResult:
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     measured_at: str = field(
-        default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")
+    )
 
 
 def load(path: Path = RESULTS_PATH) -> dict[str, ScenarioResult]:

@@ -179,7 +179,10 @@ class ThrowawayPostgres:
 
     def _run(self, *argv: str, timeout: float = 60) -> None:
         result = subprocess.run(
-            [*self._as_user, *argv], capture_output=True, timeout=timeout, check=False,
+            [*self._as_user, *argv],
+            capture_output=True,
+            timeout=timeout,
+            check=False,
             stdin=subprocess.DEVNULL,
         )
         if result.returncode != 0:
@@ -189,18 +192,42 @@ class ThrowawayPostgres:
             )
 
     def _initdb(self) -> None:
-        self._run(str(self.bindir / "initdb"), "-D", str(self.datadir), "-A", "trust",
-                  "-U", "postgres", "-E", "UTF8", "--no-sync", "--no-instructions")
+        self._run(
+            str(self.bindir / "initdb"),
+            "-D",
+            str(self.datadir),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-instructions",
+        )
 
     def start(self) -> None:
         """Start the server (again) and wait until it accepts connections."""
         if self._running:
             return
-        options = (f"-p {self.port} -k {self.workdir} -c listen_addresses=127.0.0.1 "
-                   "-c fsync=off -c max_connections=200")
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-o", options,
-                  "-l", str(self.workdir / "postgres.log"), "-w", "-t", "60", "start",
-                  timeout=90)
+        options = (
+            f"-p {self.port} -k {self.workdir} -c listen_addresses=127.0.0.1 "
+            "-c fsync=off -c max_connections=200"
+        )
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.datadir),
+            "-o",
+            options,
+            "-l",
+            str(self.workdir / "postgres.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+            timeout=90,
+        )
         self._running = True
 
     def stop(self, *, mode: StopMode = "terminate") -> None:
@@ -208,8 +235,18 @@ class ThrowawayPostgres:
         if not self._running:
             return
         shutdown = "immediate" if mode == "kill" else "fast"
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", shutdown,
-                  "-w", "-t", "60", "stop", timeout=90)
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.datadir),
+            "-m",
+            shutdown,
+            "-w",
+            "-t",
+            "60",
+            "stop",
+            timeout=90,
+        )
         self._running = False
 
     def log_text(self) -> str:

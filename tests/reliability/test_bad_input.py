@@ -47,8 +47,9 @@ def noop(key: str) -> None:
 class ProducerDiedStore(SQLAlchemyOutboxStore):
     """A store whose on-commit publish never happens: the producer died after COMMIT."""
 
-    def defer_publish(self, message_id: int, publish: PublishCallback, *,
-                      using: str | None = None) -> None:
+    def defer_publish(
+        self, message_id: int, publish: PublishCallback, *, using: str | None = None
+    ) -> None:
         pass
 
 
@@ -65,8 +66,13 @@ class Outbox:
 
     def app_with(self, **conf: Any) -> tuple[Celery, SQLAlchemyOutboxStore]:
         """Another app on the same broker, database and queue, with settings ``conf``."""
-        return create_app(broker=self.env.broker, db_url=self.env.db_url, queue=self.env.queue,
-                          ledger_dir=str(self.env.ledger_dir), **conf)
+        return create_app(
+            broker=self.env.broker,
+            db_url=self.env.db_url,
+            queue=self.env.queue,
+            ledger_dir=str(self.env.ledger_dir),
+            **conf,
+        )
 
     @contextmanager
     def transaction(self, store: SQLAlchemyOutboxStore | None = None) -> Iterator[Session]:
@@ -88,32 +94,50 @@ class Outbox:
     def rows(self) -> dict[str, dict[str, Any]]:
         """The outbox rows left, by task id."""
         with self.store.engine.connect() as conn:
-            return {row.task_id: dict(row._mapping)
-                    for row in conn.execute(select(outbox_table))}
+            return {row.task_id: dict(row._mapping) for row in conn.execute(select(outbox_table))}
 
 
 @pytest.fixture
-def outbox(redis_url: str, redis_queue: str, postgres_database_url: str,
-           make_scenario_env: Callable[..., ScenarioEnv]) -> Iterator[Outbox]:
+def outbox(
+    redis_url: str,
+    redis_queue: str,
+    postgres_database_url: str,
+    make_scenario_env: Callable[..., ScenarioEnv],
+) -> Iterator[Outbox]:
     env = make_scenario_env(broker=redis_url, db_url=postgres_database_url)
-    app, store = create_app(broker=env.broker, db_url=env.db_url, queue=env.queue,
-                            ledger_dir=str(env.ledger_dir))
+    app, store = create_app(
+        broker=env.broker, db_url=env.db_url, queue=env.queue, ledger_dir=str(env.ledger_dir)
+    )
     create_tables(store.engine)
     yield Outbox(env=env, app=app, store=store)
     store.engine.dispose()
 
 
-def _record(record_result: RecordResult, scenario: str, title: str, *, good: set[str],
-            published: Counter[str], notes: str = "") -> None:
+def _record(
+    record_result: RecordResult,
+    scenario: str,
+    title: str,
+    *,
+    good: set[str],
+    published: Counter[str],
+    notes: str = "",
+) -> None:
     lost = good - set(published)
-    record_result(scenario, title=title, tasks=len(good), lost=len(lost),
-                  duplicates=sum(published.values()) - len(published), notes=notes)
+    record_result(
+        scenario,
+        title=title,
+        tasks=len(good),
+        lost=len(lost),
+        duplicates=sum(published.values()) - len(published),
+        notes=notes,
+    )
     assert not lost, f"good tasks lost: {sorted(lost)}"
     assert all(count == 1 for count in published.values()), published
 
 
 def test_unserialisable_args_fail_at_the_call_site_and_the_transaction_goes_on(
-    outbox: Outbox, record_result: RecordResult,
+    outbox: Outbox,
+    record_result: RecordResult,
 ) -> None:
     record = outbox.task()
     with outbox.transaction() as session:
@@ -126,13 +150,19 @@ def test_unserialisable_args_fail_at_the_call_site_and_the_transaction_goes_on(
     published = outbox.published()
     assert "bad" not in published
     assert "bad" not in outbox.rows()
-    _record(record_result, "bad_input_unserialisable_args", "Unserialisable args (bad input)",
-            good={"before", "after"}, published=published,
-            notes="PayloadError at the call site; same transaction commits the others")
+    _record(
+        record_result,
+        "bad_input_unserialisable_args",
+        "Unserialisable args (bad input)",
+        good={"before", "after"},
+        published=published,
+        notes="PayloadError at the call site; same transaction commits the others",
+    )
 
 
 def test_payload_above_the_limit_fails_at_the_call_site(
-    outbox: Outbox, record_result: RecordResult,
+    outbox: Outbox,
+    record_result: RecordResult,
 ) -> None:
     app, store = outbox.app_with(outbox_max_payload_bytes=1024)
     record = app.tasks[RECORD]
@@ -144,16 +174,25 @@ def test_payload_above_the_limit_fails_at_the_call_site(
     published = outbox.published()
     assert "big" not in published
     assert "big" not in outbox.rows()
-    _record(record_result, "bad_input_payload_too_large",
-            "Payload above outbox_max_payload_bytes (bad input)", good={"small"},
-            published=published, notes="PayloadError naming the limit at the call site")
+    _record(
+        record_result,
+        "bad_input_payload_too_large",
+        "Payload above outbox_max_payload_bytes (bad input)",
+        good={"small"},
+        published=published,
+        notes="PayloadError naming the limit at the call site",
+    )
     store.engine.dispose()
 
 
 def _write_unpublished(outbox: Outbox, calls: list[tuple[str, str]]) -> None:
     """Commit rows for ``(task name, key)`` whose producer "dies" before publishing them."""
-    app, store = create_app(broker=outbox.env.broker, db_url=outbox.env.db_url,
-                            queue=outbox.env.queue, ledger_dir=str(outbox.env.ledger_dir))
+    app, store = create_app(
+        broker=outbox.env.broker,
+        db_url=outbox.env.db_url,
+        queue=outbox.env.queue,
+        ledger_dir=str(outbox.env.ledger_dir),
+    )
     app.task(name=RETIRED, base=OutboxTask, shared=False)(retired)
     died = ProducerDiedStore(engine=store.engine)
     install_store(app, died)
@@ -171,10 +210,16 @@ def _sweep(outbox: Outbox) -> dict[str, Any]:
 
 
 def test_unregistered_task_at_publish_time_is_failed_and_the_sweep_goes_on(
-    outbox: Outbox, record_result: RecordResult,
+    outbox: Outbox,
+    record_result: RecordResult,
 ) -> None:
-    calls = [(RETIRED, "retired-1"), (RECORD, "good-1"), (RETIRED, "retired-2"),
-             (RECORD, "good-2"), (RECORD, "good-3")]
+    calls = [
+        (RETIRED, "retired-1"),
+        (RECORD, "good-1"),
+        (RETIRED, "retired-2"),
+        (RECORD, "good-2"),
+        (RECORD, "good-3"),
+    ]
     _write_unpublished(outbox, calls)
 
     report = _sweep(outbox)
@@ -184,23 +229,34 @@ def test_unregistered_task_at_publish_time_is_failed_and_the_sweep_goes_on(
         assert rows[key]["status"] == "failed", rows[key]
         assert f"task {RETIRED!r} is not registered" in rows[key]["last_error"]
     assert (report["failed"], report["published"]) == (2, 3), report
-    _record(record_result, "bad_input_unregistered_task", "Unregistered task name at publish "
-            "time (bad input)", good={"good-1", "good-2", "good-3"},
-            published=outbox.published(),
-            notes="rows marked failed ('is not registered'); the sweep publishes the rest")
+    _record(
+        record_result,
+        "bad_input_unregistered_task",
+        "Unregistered task name at publish time (bad input)",
+        good={"good-1", "good-2", "good-3"},
+        published=outbox.published(),
+        notes="rows marked failed ('is not registered'); the sweep publishes the rest",
+    )
 
 
-@pytest.mark.parametrize(("column", "value"), [
-    pytest.param("payload", '{"not json', id="payload"),
-    pytest.param("options", {"headers": "not a mapping"}, id="options"),
-])
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        pytest.param("payload", '{"not json', id="payload"),
+        pytest.param("options", {"headers": "not a mapping"}, id="options"),
+    ],
+)
 def test_corrupted_row_is_failed_and_the_sweep_goes_on(
-    outbox: Outbox, record_result: RecordResult, column: str, value: Any,
+    outbox: Outbox,
+    record_result: RecordResult,
+    column: str,
+    value: Any,
 ) -> None:
     _write_unpublished(outbox, [(RECORD, "good-1"), (RECORD, "corrupt"), (RECORD, "good-2")])
     with outbox.store.engine.begin() as conn:
-        conn.execute(update(outbox_table).where(outbox_table.c.task_id == "corrupt")
-                     .values({column: value}))
+        conn.execute(
+            update(outbox_table).where(outbox_table.c.task_id == "corrupt").values({column: value})
+        )
 
     report = _sweep(outbox)
 
@@ -210,10 +266,14 @@ def test_corrupted_row_is_failed_and_the_sweep_goes_on(
     assert (report["failed"], report["published"]) == (1, 2), report
     published = outbox.published()
     assert "corrupt" not in published
-    _record(record_result, f"bad_input_corrupted_{column}",
-            f"Corrupted row: invalid {column} written by raw SQL (bad input)",
-            good={"good-1", "good-2"}, published=published,
-            notes=f"marked failed: {row['last_error'][:80]}")
+    _record(
+        record_result,
+        f"bad_input_corrupted_{column}",
+        f"Corrupted row: invalid {column} written by raw SQL (bad input)",
+        good={"good-1", "good-2"},
+        published=published,
+        notes=f"marked failed: {row['last_error'][:80]}",
+    )
 
 
 def test_negative_countdown_runs_now(outbox: Outbox, record_result: RecordResult) -> None:
@@ -223,20 +283,30 @@ def test_negative_countdown_runs_now(outbox: Outbox, record_result: RecordResult
 
     published = outbox.published()
     assert "late" not in outbox.rows(), "published on commit, not left for later"
-    _record(record_result, "bad_input_negative_countdown", "Negative countdown (runs now)",
-            good={"late"}, published=published,
-            notes=f"published on commit at {before:%H:%M:%S}, as plain Celery runs it now")
+    _record(
+        record_result,
+        "bad_input_negative_countdown",
+        "Negative countdown (runs now)",
+        good={"late"},
+        published=published,
+        notes=f"published on commit at {before:%H:%M:%S}, as plain Celery runs it now",
+    )
 
 
-@pytest.mark.parametrize(("option", "value"), [
-    pytest.param("countdown", 10**12, id="countdown-1e12"),
-    pytest.param("countdown", float("inf"), id="countdown-inf"),
-    pytest.param("countdown", float("nan"), id="countdown-nan"),
-    pytest.param("eta", "99999-01-01T00:00:00+00:00", id="eta-year-99999"),
-    pytest.param("expires", 10**12, id="expires-1e12"),
-])
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        pytest.param("countdown", 10**12, id="countdown-1e12"),
+        pytest.param("countdown", float("inf"), id="countdown-inf"),
+        pytest.param("countdown", float("nan"), id="countdown-nan"),
+        pytest.param("eta", "99999-01-01T00:00:00+00:00", id="eta-year-99999"),
+        pytest.param("expires", 10**12, id="expires-1e12"),
+    ],
+)
 def test_absurd_schedule_is_a_clear_error_at_the_call_site(
-    outbox: Outbox, option: str, value: Any,
+    outbox: Outbox,
+    option: str,
+    value: Any,
 ) -> None:
     with outbox.transaction():
         with pytest.raises(ValueError, match=re.escape(f"{option}={value!r}")):
@@ -260,20 +330,26 @@ def test_naive_eta_is_read_in_the_app_timezone_as_the_worker_reads_it(outbox: Ou
     worker_runs_at = to_timestamp(naive, ZoneInfo("Europe/Paris"), time=time.time)
     assert row["available_at"].timestamp() == pytest.approx(worker_runs_at, abs=0.01), (
         f"parked until {row['available_at'].isoformat()}, the worker would run it at "
-        f"{datetime.fromtimestamp(worker_runs_at, timezone.utc).isoformat()}")
+        f"{datetime.fromtimestamp(worker_runs_at, timezone.utc).isoformat()}"
+    )
     store.engine.dispose()
 
 
-@pytest.mark.parametrize(("setting", "value"), [
-    pytest.param("outbox_sweep_interval", "5", id="interval-str"),
-    pytest.param("outbox_sweep_batch_size", 2.5, id="batch-float"),
-    pytest.param("outbox_beat_schedule", "yes", id="flag-str"),
-    pytest.param("outbox_max_payload_bytes", -1, id="bytes-negative"),
-    pytest.param("outbox_publish_grace", float("nan"), id="grace-nan"),
-    pytest.param("outbox_store", 42, id="store-int"),
-])
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        pytest.param("outbox_sweep_interval", "5", id="interval-str"),
+        pytest.param("outbox_sweep_batch_size", 2.5, id="batch-float"),
+        pytest.param("outbox_beat_schedule", "yes", id="flag-str"),
+        pytest.param("outbox_max_payload_bytes", -1, id="bytes-negative"),
+        pytest.param("outbox_publish_grace", float("nan"), id="grace-nan"),
+        pytest.param("outbox_store", 42, id="store-int"),
+    ],
+)
 def test_setting_of_the_wrong_type_names_the_setting(
-    outbox: Outbox, setting: str, value: Any,
+    outbox: Outbox,
+    setting: str,
+    value: Any,
 ) -> None:
     app = Celery("misconfigured", broker=outbox.env.broker, set_as_current=False)
     app.conf.update({setting: value})
@@ -284,14 +360,16 @@ def test_setting_of_the_wrong_type_names_the_setting(
 
 
 def test_worker_with_a_setting_of_the_wrong_type_fails_at_start_up(
-    outbox: Outbox, celery_worker_process: Callable[..., Any],
+    outbox: Outbox,
+    celery_worker_process: Callable[..., Any],
 ) -> None:
     from tests.worker import WorkerStartError
 
     env = {**outbox.env.as_env(), "RELIABILITY_CONF": json.dumps({"outbox_claim_lease": "60"})}
     with pytest.raises(WorkerStartError, match=r"outbox_claim_lease='60'"):
-        celery_worker_process("tests.reliability.app", queue=outbox.env.queue, env=env,
-                              ready_timeout=30)
+        celery_worker_process(
+            "tests.reliability.app", queue=outbox.env.queue, env=env, ready_timeout=30
+        )
 
 
 def test_serializer_defaults_to_json(outbox: Outbox) -> None:
@@ -306,8 +384,7 @@ def test_pickle_is_refused_unless_the_app_accepts_it(outbox: Outbox) -> None:
     with outbox.transaction(), pytest.raises(PayloadError, match="pickle"):
         outbox.task().apply_async(("p",), task_id="p", serializer="pickle")
     assert not outbox.rows()
-    app, store = outbox.app_with(task_serializer="pickle",
-                                 accept_content=["json", "pickle"])
+    app, store = outbox.app_with(task_serializer="pickle", accept_content=["json", "pickle"])
     with outbox.transaction(store):
         app.tasks[RECORD].apply_async(("p",), task_id="p")
     assert set(outbox.published()) == {"p"}

@@ -68,17 +68,28 @@ def _break_broker(broker: ThrowawayRedis, outage: Outage, done: threading.Event)
 
 @pytest.mark.parametrize("outage", ["stop", "freeze"])
 def test_broker_outage_during_commits_loses_nothing_and_never_hangs(
-    outage: Outage, celery_worker_process: StartWorker, throwaway_redis: ThrowawayRedis,
-    postgres_database_url: str, make_scenario_env: Callable[..., ScenarioEnv],
+    outage: Outage,
+    celery_worker_process: StartWorker,
+    throwaway_redis: ThrowawayRedis,
+    postgres_database_url: str,
+    make_scenario_env: Callable[..., ScenarioEnv],
     record_result: RecordResult,
 ) -> None:
     env = make_scenario_env(broker=throwaway_redis.url, db_url=postgres_database_url)
-    app, store = create_app(broker=env.broker, db_url=env.db_url, queue=env.queue,
-                            ledger_dir=str(env.ledger_dir))
+    app, store = create_app(
+        broker=env.broker, db_url=env.db_url, queue=env.queue, ledger_dir=str(env.ledger_dir)
+    )
     create_tables(store.engine)
-    supervisor = Supervisor(lambda: celery_worker_process(
-        "tests.reliability.app", queue=env.queue, env=env.as_env(), pool="prefork",
-        concurrency=2, extra_args=("-B",)))
+    supervisor = Supervisor(
+        lambda: celery_worker_process(
+            "tests.reliability.app",
+            queue=env.queue,
+            env=env.as_env(),
+            pool="prefork",
+            concurrency=2,
+            extra_args=("-B",),
+        )
+    )
     done = threading.Event()
     chaos = threading.Thread(target=_break_broker, args=(throwaway_redis, outage, done))
     chaos.start()
@@ -102,13 +113,20 @@ def test_broker_outage_during_commits_loses_nothing_and_never_hangs(
     worst = max(latencies)
     record_result(
         f"broker_{outage}_during_commits",
-        title=("Broker (Redis) SIGKILLed during a stream of commits, then restarted"
-               if outage == "stop" else
-               "Broker (Redis) frozen (SIGSTOP) during a stream of commits, then thawed"),
-        tasks=tally.tasks, lost=len(tally.lost), duplicates=tally.duplicates,
+        title=(
+            "Broker (Redis) SIGKILLed during a stream of commits, then restarted"
+            if outage == "stop"
+            else "Broker (Redis) frozen (SIGSTOP) during a stream of commits, then thawed"
+        ),
+        tasks=tally.tasks,
+        lost=len(tally.lost),
+        duplicates=tally.duplicates,
         notes=f"{len(latencies)} commits; {OUTAGE:.0f} s outage; worker -B throughout",
-        extra={"max_commit_s": round(worst, 3), "worker_restarts": supervisor.restarts,
-               "p50_commit_s": round(sorted(latencies)[len(latencies) // 2], 3)},
+        extra={
+            "max_commit_s": round(worst, 3),
+            "worker_restarts": supervisor.restarts,
+            "p50_commit_s": round(sorted(latencies)[len(latencies) // 2], 3),
+        },
     )
     assert not tally.lost, tally.summary()
     assert worst < MAX_COMMIT_SECONDS, f"a commit took {worst:.2f}s with the broker {outage}"

@@ -39,22 +39,33 @@ EXTERNAL_KILL_EVERY = 4
 
 
 def test_producer_sigkilled_after_commit_loses_nothing(
-    celery_worker_process: StartWorker, amqp_url: str, amqp_queue: str,
-    postgres_database_url: str, make_scenario_env: Callable[..., ScenarioEnv],
-    record_result: RecordResult, tmp_path: Path,
+    celery_worker_process: StartWorker,
+    amqp_url: str,
+    amqp_queue: str,
+    postgres_database_url: str,
+    make_scenario_env: Callable[..., ScenarioEnv],
+    record_result: RecordResult,
+    tmp_path: Path,
 ) -> None:
     env = make_scenario_env(broker=amqp_url, db_url=postgres_database_url)
     engine = make_engine(env.db_url)
     create_tables(engine)
-    worker = celery_worker_process("tests.reliability.app", queue=env.queue, env=env.as_env(),
-                                   pool="prefork", concurrency=2, extra_args=("-B",))
+    worker = celery_worker_process(
+        "tests.reliability.app",
+        queue=env.queue,
+        env=env.as_env(),
+        pool="prefork",
+        concurrency=2,
+        extra_args=("-B",),
+    )
     rng = random.Random(9)
     self_kills = external_kills = runs = 0
     while expected_count(engine) < TARGET_TASKS:
         external = runs % EXTERNAL_KILL_EVERY == EXTERNAL_KILL_EVERY - 1
         args = [f"r{runs}", str(rng.randint(1, 8)), "5", "20"]
-        producer = start_producer(env, tmp_path / "producers.log",
-                                  *args, *([] if external else ["--die-after-commit"]))
+        producer = start_producer(
+            env, tmp_path / "producers.log", *args, *([] if external else ["--die-after-commit"])
+        )
         if external:
             try:
                 producer.wait(timeout=rng.uniform(0.5, 2.0))
@@ -62,8 +73,9 @@ def test_producer_sigkilled_after_commit_loses_nothing(
                 producer.kill()
             external_kills += producer.wait(timeout=30) == -signal.SIGKILL
         else:
-            assert producer.wait(timeout=60) == -signal.SIGKILL, (tmp_path / "producers.log"
-                                                                  ).read_text()[-3000:]
+            assert producer.wait(timeout=60) == -signal.SIGKILL, (
+                tmp_path / "producers.log"
+            ).read_text()[-3000:]
             self_kills += 1
         runs += 1
 
@@ -74,9 +86,11 @@ def test_producer_sigkilled_after_commit_loses_nothing(
     record_result(
         "producer_sigkill_after_commit",
         title="Producer SIGKILLed right after COMMIT, before publishing",
-        tasks=tally.tasks, lost=len(tally.lost), duplicates=tally.duplicates,
+        tasks=tally.tasks,
+        lost=len(tally.lost),
+        duplicates=tally.duplicates,
         notes=f"{self_kills} self-kills after commit + {external_kills} random external "
-              f"SIGKILLs over {runs} producer processes; RabbitMQ, PostgreSQL, SQLAlchemy store",
+        f"SIGKILLs over {runs} producer processes; RabbitMQ, PostgreSQL, SQLAlchemy store",
         extra={"swept": swept_rows(worker.log_text())},
     )
     assert not tally.lost, tally.summary()

@@ -69,18 +69,28 @@ def _kill_pool_children(worker: WorkerProcess, env: ScenarioEnv) -> int:
 
 @pytest.mark.parametrize("death", ["pool-child", "whole-worker"])
 def test_worker_sigkilled_mid_task_redelivers_and_completes(
-    death: Death, celery_worker_process: StartWorker, amqp_url: str, amqp_queue: str,
-    postgres_database_url: str, make_scenario_env: Callable[..., ScenarioEnv],
+    death: Death,
+    celery_worker_process: StartWorker,
+    amqp_url: str,
+    amqp_queue: str,
+    postgres_database_url: str,
+    make_scenario_env: Callable[..., ScenarioEnv],
     record_result: RecordResult,
 ) -> None:
     env = make_scenario_env(broker=amqp_url, db_url=postgres_database_url)
-    app, store = create_app(broker=env.broker, db_url=env.db_url, queue=env.queue,
-                            ledger_dir=str(env.ledger_dir))
+    app, store = create_app(
+        broker=env.broker, db_url=env.db_url, queue=env.queue, ledger_dir=str(env.ledger_dir)
+    )
     create_tables(store.engine)
 
     def start() -> WorkerProcess:
-        return celery_worker_process("tests.reliability.app", queue=env.queue,
-                                     env=env.as_env(), pool="prefork", concurrency=2)
+        return celery_worker_process(
+            "tests.reliability.app",
+            queue=env.queue,
+            env=env.as_env(),
+            pool="prefork",
+            concurrency=2,
+        )
 
     worker = start()
     keys = {f"s{i}" for i in range(TASKS)}
@@ -92,12 +102,18 @@ def test_worker_sigkilled_mid_task_redelivers_and_completes(
     if death == "pool-child":
         kills = _kill_pool_children(worker, env)
     else:
-        settle(lambda: len(ledger.events(env.ledger_dir, ledger.STARTED)) >= 2, timeout=30,
-               interval=0.05)
+        settle(
+            lambda: len(ledger.events(env.ledger_dir, ledger.STARTED)) >= 2,
+            timeout=30,
+            interval=0.05,
+        )
         time.sleep(0.2)
         worker.kill()
-        kills = sum(1 for key in ledger.events(env.ledger_dir, ledger.STARTED)
-                    if key not in ledger.events(env.ledger_dir, ledger.DONE))
+        kills = sum(
+            1
+            for key in ledger.events(env.ledger_dir, ledger.STARTED)
+            if key not in ledger.events(env.ledger_dir, ledger.DONE)
+        )
         worker = start()
 
     settle(lambda: not done_tally(env, keys).lost, timeout=90)
@@ -105,9 +121,14 @@ def test_worker_sigkilled_mid_task_redelivers_and_completes(
     started = ledger.events(env.ledger_dir, ledger.STARTED)
     record_result(
         f"worker_sigkill_{death.replace('-', '_')}",
-        title=("Worker pool child SIGKILLed mid-task" if death == "pool-child"
-               else "Whole worker (main process and children) SIGKILLed mid-task"),
-        tasks=tally.tasks, lost=len(tally.lost), duplicates=tally.duplicates,
+        title=(
+            "Worker pool child SIGKILLed mid-task"
+            if death == "pool-child"
+            else "Whole worker (main process and children) SIGKILLed mid-task"
+        ),
+        tasks=tally.tasks,
+        lost=len(tally.lost),
+        duplicates=tally.duplicates,
         notes=f"{kills} task attempts killed mid-task; prefork x2, RabbitMQ, acks_late",
         extra={"attempts": sum(started.values())},
     )
