@@ -1,0 +1,90 @@
+"""``python -m benchmarks``: run every benchmark, print the table, write the JSON.
+
+Needs PostgreSQL and Redis on loopback (``BENCH_POSTGRES_URL``, ``BENCH_REDIS_URL``).
+``--quick`` runs tiny sizes (a harness check, not a measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+#: Every benchmark, in the order they run.
+NAMES = ("enqueue", "sweep", "retry_memory", "no_blocking", "latency", "peer")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--only", nargs="+", choices=NAMES, default=list(NAMES))
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per benchmark (3)")
+    parser.add_argument("--enqueue-tasks", type=int, default=3000)
+    parser.add_argument("--rows", type=int, default=20_000, help="sweep and peer rows")
+    parser.add_argument("--retries", type=int, default=20_000, help="pending long retries")
+    parser.add_argument("--healthy", type=int, default=1500, help="healthy tasks per case")
+    parser.add_argument("--latency-tasks", type=int, default=1000)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
+    parser.add_argument("--json", type=Path, default=None, help="output (results/latest.json)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.enqueue_tasks, args.rows = 1, 100, 300
+        args.retries, args.healthy, args.latency_tasks = 100, 100, 30
+    return args
+
+
+def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Run one benchmark; its result rows."""
+    from benchmarks import enqueue, latency, no_blocking, peer, retry_memory, sweep
+
+    if name == "enqueue":
+        return enqueue.run(tasks=args.enqueue_tasks, rounds=args.rounds)
+    if name == "sweep":
+        return sweep.run(rows=args.rows, rounds=args.rounds)
+    if name == "retry_memory":
+        return retry_memory.run(retries=args.retries)
+    if name == "no_blocking":
+        return no_blocking.run(healthy=args.healthy, rounds=args.rounds)
+    if name == "latency":
+        return latency.run(tasks=args.latency_tasks)
+    return peer.run(rows=args.rows, rounds=max(1, min(args.rounds, 2)))
+
+
+def main(argv: list[str]) -> int:
+    """Run the chosen benchmarks; 0 when every one ran, 1 when one failed."""
+    args = parse(argv)
+    os.environ.setdefault("BENCH_QUEUE", f"celery-outbox-bench-{os.getpid()}")
+    from benchmarks import env, report
+
+    env.setup_django()
+    rows: list[dict[str, Any]] = []
+    failed = False
+    try:
+        for name in args.only:
+            started = time.monotonic()
+            print(f"-- {name} ...", flush=True)
+            try:
+                rows.extend(run(name, args))
+            except Exception as exc:  # report it, run the others
+                failed = True
+                traceback.print_exc()
+                label = name.replace("_", " ")
+                rows.append({"benchmark": label, "case": "error", "skipped": repr(exc)})
+            print(f"   done in {time.monotonic() - started:.0f} s", flush=True)
+    finally:
+        env.purge_broker()
+    print()
+    print(report.table(rows))
+    path = args.json or report.LATEST
+    settings = {key: value for key, value in vars(args).items() if key != "json"}
+    report.write_json(rows, {**settings, "argv": argv}, path)
+    print(f"\nwritten to {path}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

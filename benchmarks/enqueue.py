@@ -1,0 +1,90 @@
+"""Enqueue cost: plain ``apply_async`` vs ``OutboxTask.delay()`` inside a transaction.
+
+Both sides run the same ``transaction.atomic()`` blocks of ``per_txn`` calls on
+PostgreSQL with Redis as the broker; the outbox side writes its rows in the block and
+publishes them on commit, so its time includes the INSERTs, the COMMIT, the claim, the
+publish and the DELETE. Plain ``apply_async`` in an otherwise empty block touches no
+database at all; the ``+ write`` case adds the business row an outbox exists for (one
+INSERT into a small table) to each block on both sides. Rounds alternate the two
+sides; the ratio is of the medians.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from benchmarks import env
+from benchmarks.stats import median, ratio
+
+#: A business table: what a real transaction writes besides the task.
+ORDERS = "celery_outbox_bench_order"
+#: (case name, tasks per transaction, with a business write, target ratio).
+CASES = (("1/txn", 1, False, 0.6), ("100/txn", 100, False, 1.0), ("1/txn + write", 1, True, None))
+
+
+def _create_orders() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE IF NOT EXISTS {ORDERS} (id bigserial PRIMARY KEY, n int)")
+        cursor.execute(f"TRUNCATE {ORDERS}")
+
+
+def _write(i: int) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {ORDERS} (n) VALUES (%s)", [i])
+
+
+def _round(outbox: bool, tasks: int, per_txn: int, write: bool) -> float:
+    from django.db import transaction
+
+    from benchmarks.app import outbox_noop, plain_noop
+
+    started = time.perf_counter()
+    for first in range(0, tasks, per_txn):
+        with transaction.atomic():
+            if write:
+                _write(first)
+            for i in range(first, first + per_txn):
+                if outbox:
+                    outbox_noop.delay(i)
+                else:
+                    plain_noop.apply_async((i,))
+    return tasks / (time.perf_counter() - started)
+
+
+def run(*, tasks: int, rounds: int) -> list[dict[str, Any]]:
+    """Measure each case; one result row per case."""
+    env.reset_outbox()
+    env.purge_broker()
+    _create_orders()
+    _round(False, 200, 100, True)  # warm-up: connections, imports, caches
+    _round(True, 200, 100, True)
+    rows = []
+    for case, per_txn, write, target in CASES:
+        count = max(per_txn, tasks // per_txn * per_txn)
+        plain, ours = [], []
+        for _ in range(rounds):
+            plain.append(_round(False, count, per_txn, write))
+            ours.append(_round(True, count, per_txn, write))
+            env.purge_broker()
+        rows.append(
+            {
+                "benchmark": "enqueue",
+                "case": case,
+                "unit": "tasks/s",
+                "tasks": count,
+                "rounds": rounds,
+                "plain": median(plain),
+                "ours": median(ours),
+                "ratio": ratio(median(ours), median(plain)),
+                "target": target,
+                "samples": {"plain": plain, "ours": ours},
+            }
+        )
+    env.reset_outbox()
+    _create_orders()
+    return rows

@@ -1,0 +1,123 @@
+"""Worker memory with N pending long retries: plain ``self.retry(countdown=3600)`` vs parking.
+
+One solo-pool worker per side (the worker process tree's RSS is read from ``/proc``).
+Plain Celery re-publishes each retry with an ETA; the worker that receives an ETA message
+keeps it in memory (its timer plus kombu's unacknowledged-message bookkeeping) until the
+ETA, and raises its prefetch limit by one for each, so ``worker_prefetch_multiplier``
+cannot bound them: the multiplier is set to 1 so that only ETA messages, never prefetched
+ordinary ones, account for the growth. ``OutboxTask`` parks any wait longer than
+``outbox_park_after`` (30 s) as an outbox row and acknowledges the message, so the worker
+holds nothing. Bytes per pending retry = (RSS with all N pending - RSS after a warm-up
+of the same tasks) / N. The database side is ``pg_total_relation_size`` of the outbox table
+(heap, indexes, TOAST) per parked row.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from benchmarks import env
+from benchmarks.processes import Child, start_worker, wait_until
+
+#: Tasks run before the baseline RSS is read: imports, connections and caches warmed.
+#: Celery's retry handling (``ExceptionInfo`` of recent ``Retry`` errors, on both sides)
+#: grows the heap for the first ~500 retries and then stays flat, so the baseline is
+#: read after 1,000.
+WARM_UP = 1000
+
+
+def _outbox_table_bytes() -> int:
+    from django.db import connection
+
+    from celery_outbox.records import OUTBOX_TABLE
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_total_relation_size(%s)", [OUTBOX_TABLE])
+        return int(cursor.fetchone()[0])
+
+
+def _dispatch(plain: bool, first: int, count: int) -> None:
+    from django.db import transaction
+
+    from benchmarks.app import outbox_retry_long, plain_retry_long
+
+    if plain:
+        for i in range(first, first + count):
+            plain_retry_long.apply_async((i,))
+        return
+    for start in range(first, first + count, 500):
+        with transaction.atomic():
+            for i in range(start, min(first + count, start + 500)):
+                outbox_retry_long.delay(i)
+
+
+def _settle(worker: Child, ran: int, *, timeout: float) -> int:
+    """Wait until ``ran`` tasks ran once and the queue is empty; then RSS once it is stable."""
+    wait_until(
+        lambda: env.counter("ran") >= ran and env.queue_length() == 0,
+        timeout=timeout,
+        what=f"{ran} first attempts",
+    )
+    time.sleep(2.0)  # the last retries reach the worker (plain) or the table (outbox)
+    samples = []
+    for _ in range(5):
+        samples.append(worker.rss_bytes())
+        time.sleep(0.3)
+    return max(samples)
+
+
+def _side(plain: bool, retries: int) -> dict[str, float]:
+    env.reset_outbox()
+    env.purge_broker()
+    worker = start_worker(pool="solo", concurrency=1, env={"BENCH_PREFETCH": "1"})
+    try:
+        table_before = _outbox_table_bytes()
+        _dispatch(plain, 0, WARM_UP)
+        before = _settle(worker, WARM_UP, timeout=120)
+        _dispatch(plain, WARM_UP, retries)
+        after = _settle(worker, WARM_UP + retries, timeout=60 + retries * 0.05)
+        rows = _parked_rows()
+        result = {
+            "rss_before": before,
+            "rss_after": after,
+            "bytes_per_retry": (after - before) / retries,
+            "parked_rows": rows,
+        }
+        if not plain:
+            if rows != WARM_UP + retries:
+                raise RuntimeError(f"{rows} parked rows, expected {WARM_UP + retries}")
+            result["db_bytes_per_row"] = (_outbox_table_bytes() - table_before) / rows
+        return result
+    finally:
+        worker.stop()
+        env.purge_broker()
+        env.reset_outbox()
+
+
+def _parked_rows() -> int:
+    from django_outbox.models import OutboxMessage
+
+    return int(OutboxMessage.objects.filter(status="pending").count())
+
+
+def run(*, retries: int) -> list[dict[str, Any]]:
+    """One result row: worker bytes per pending retry, plain ETA vs parked."""
+    plain = _side(True, retries)
+    ours = _side(False, retries)
+    return [
+        {
+            "benchmark": "retry memory",
+            "case": f"{retries} pending retries",
+            "unit": "worker bytes/retry",
+            "tasks": retries,
+            "rounds": 1,
+            "plain": plain["bytes_per_retry"],
+            "ours": ours["bytes_per_retry"],
+            # Lower is better: how many times less memory a parked retry takes.
+            "ratio": plain["bytes_per_retry"] / max(ours["bytes_per_retry"], 1.0),
+            "target": 50.0,
+            "db_bytes_per_row": ours.get("db_bytes_per_row"),
+            "samples": {"plain": plain, "ours": ours},
+        }
+    ]

@@ -1,0 +1,3 @@
+"""Smoke tests of the benchmark harness."""
+
+from __future__ import annotations

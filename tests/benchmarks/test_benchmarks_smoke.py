@@ -1,0 +1,74 @@
+"""Each benchmark runs end to end at a tiny size: the harness works (no timing assertions).
+
+Every case runs ``python -m benchmarks --quick --only NAME`` in a subprocess (the harness
+configures Django itself) against the test PostgreSQL server and Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from benchmarks.__main__ import NAMES
+from tests.worker import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+#: Numeric fields each benchmark's result rows carry.
+FIELDS = {
+    "enqueue": ("plain", "ours", "ratio"),
+    "sweep": ("plain", "ours", "ratio"),
+    "retry_memory": ("plain", "ours", "ratio", "db_bytes_per_row"),
+    "no_blocking": ("baseline", "value", "ratio"),
+    "latency": ("p50", "p99"),
+    "peer": ("peer", "ours", "ratio"),
+}
+
+
+def _with_path(url: str, path: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=path))
+
+
+def _run(name: str, postgres_url: str, redis_url: str, output: Path) -> dict[str, Any]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "BENCH_POSTGRES_URL": _with_path(postgres_url, "/celery_outbox_bench_smoke"),
+        "BENCH_PEER_DB": "celery_outbox_bench_smoke_peer",
+        "BENCH_REDIS_URL": _with_path(redis_url, "/11"),
+        "BENCH_QUEUE": f"celery-outbox-bench-smoke-{os.urandom(4).hex()}",
+    }
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    argv = [sys.executable, "-m", "benchmarks", "--quick", "--only", name, "--json", str(output)]
+    done = subprocess.run(
+        argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "benchmark" in done.stdout  # the table was printed
+    document: dict[str, Any] = json.loads(output.read_text())
+    return document
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_benchmark_runs_at_a_tiny_size(
+    name: str, postgres_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    document = _run(name, postgres_url, redis_url, tmp_path / "results.json")
+
+    rows = document["results"]
+    assert rows
+    assert {row["benchmark"] for row in rows} == {name.replace("_", " ")}
+    for row in rows:
+        if "skipped" in row:  # the peer could not be installed here: the reason is given
+            assert name == "peer"
+            assert row["skipped"]
+            continue
+        for field in FIELDS[name]:
+            assert isinstance(row[field], (int, float)), (field, row)
