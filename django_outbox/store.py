@@ -24,7 +24,7 @@ from celery_outbox.records import (
     StoredDeadLetter,
 )
 from celery_outbox.storage import OutboxStore, PublishCallback
-from django_outbox import batches, conversions
+from django_outbox import batches, claims, conversions
 from django_outbox.inserts import insert_message
 from django_outbox.managers import OutboxMessageQuerySet, locking
 from django_outbox.models import DeadLetter, DeliveryCount, OutboxMessage
@@ -50,6 +50,18 @@ def _store_errors(action: str) -> Iterator[None]:
         yield
     except DatabaseError as exc:
         raise StoreError(f"celery-outbox could not {action}: {exc}") from exc
+
+
+def _one_statement_claims(alias: str) -> bool:
+    """PostgreSQL claims in one autocommit statement (:mod:`django_outbox.claims`)."""
+    connection = connections[alias]
+    return connection.vendor == "postgresql" and not connection.in_atomic_block
+
+
+def _claim_of(rows: list[OutboxMessage], lease_until: datetime) -> Claim:
+    return Claim(
+        messages=tuple(conversions.stored_message(row) for row in rows), lease_until=lease_until
+    )
 
 
 def _refresh_connection(alias: str) -> None:
@@ -89,6 +101,10 @@ class DjangoOutboxStore(OutboxStore):
         alias, ids = _alias(using), list(ids)
         if not ids:
             return Claim(messages=(), lease_until=lease_until)
+        if _one_statement_claims(alias):
+            with _store_errors("claim outbox rows"):
+                rows = claims.claim_ids(ids, now=now, lease_until=lease_until, alias=alias)
+            return _claim_of(rows, lease_until)
         return self._lease(
             _messages(alias).with_ids(ids).due(now), None, lease_until=lease_until, alias=alias
         )
@@ -105,6 +121,16 @@ class DjangoOutboxStore(OutboxStore):
         """Lease up to ``limit`` due rows, skipping rows other sweepers locked."""
         alias = _alias(using)
         _refresh_connection(alias)
+        if _one_statement_claims(alias):
+            with _store_errors("claim outbox rows"):
+                rows = claims.claim_due(
+                    now=now,
+                    created_before=created_before,
+                    limit=limit,
+                    lease_until=lease_until,
+                    alias=alias,
+                )
+            return _claim_of(rows, lease_until)
         return self._lease(
             _messages(alias).due(now, created_before), limit, lease_until=lease_until, alias=alias
         )
