@@ -35,6 +35,8 @@ class PublishReport:
 
     published: tuple[int, ...] = ()
     failed: dict[int, str] = field(default_factory=dict)
+    #: Those of ``failed`` that are now ``failed`` for good (no more attempts).
+    gave_up: frozenset[int] = frozenset()
 
 
 class _Unpublishable(Exception):
@@ -115,12 +117,21 @@ class Relay:
                 keep=self.config.keep_published > timedelta(0),
                 using=using,
             )
+            sent = set(published)
             message_published.send(
-                sender=self.app,
-                task_ids=[m.task_id for m in claim.messages if m.id in set(published)],
+                sender=self.app, task_ids=[m.task_id for m in claim.messages if m.id in sent]
             )
         self._record_failures(claim, failed, fatal, using=using)
-        return PublishReport(published=tuple(published), failed={**failed, **fatal})
+        last_tries = {
+            m.id
+            for m in claim.messages
+            if m.id in failed and m.attempts + 1 >= self.config.publish_max_attempts
+        }
+        return PublishReport(
+            published=tuple(published),
+            failed={**failed, **fatal},
+            gave_up=frozenset(fatal) | last_tries,
+        )
 
     def publish_message(self, message: NewMessage) -> None:
         """Publish one message now, bypassing the table (short retry waits).

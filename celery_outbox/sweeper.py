@@ -22,7 +22,7 @@ from celery import Celery
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
-from celery_outbox.records import Claim, MessageStatus, StoredMessage
+from celery_outbox.records import Claim, MessageStatus
 from celery_outbox.relay import Relay
 from celery_outbox.storage import OutboxStore
 
@@ -169,22 +169,11 @@ class Sweeper:
 
     def _publish(self, claim: Claim, using: str | None) -> SweepReport:
         outcome = self.relay.publish_claim(claim, using=using, validate=True)
-        rows = {m.id: m for m in claim.messages}
-        failed = sum(self._gave_up(rows[row_id], error) for row_id, error in outcome.failed.items())
         return SweepReport(
             published=len(outcome.published),
-            failed=failed,
-            rescheduled=len(outcome.failed) - failed,
+            failed=len(outcome.gave_up),
+            rescheduled=len(outcome.failed) - len(outcome.gave_up),
             batches=1,
-        )
-
-    def _gave_up(self, message: StoredMessage, error: str) -> bool:
-        # The relay fails a row at once when its task is unknown or its payload cannot
-        # be decoded; otherwise it reschedules it until ``publish_max_attempts``.
-        return (
-            message.attempts + 1 >= self.config.publish_max_attempts
-            or message.task_name not in self.app.tasks
-            or error.startswith(_UNDECODABLE)
         )
 
     # -- the continuous relay loop ----------------------------------------------------
@@ -224,10 +213,6 @@ class Sweeper:
         if report.published or report.failed or report.rescheduled:
             logger.info("celery-outbox: swept %s", report.as_dict())
         return (0.0 if report.more else idle), 0
-
-
-#: How the relay words a payload it cannot decode (a row failed for good).
-_UNDECODABLE = "payload cannot be decoded"
 
 
 def _broker_down(batch: SweepReport) -> bool:
