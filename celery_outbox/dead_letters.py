@@ -16,7 +16,7 @@ from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
 from celery_outbox.exceptions import OutboxError
-from celery_outbox.records import NewDeadLetter
+from celery_outbox.records import NewDeadLetter, StoredMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.signals import dead_letter_requeued
 
@@ -112,10 +112,13 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
         now=now,
         park_after=config.park_after,
         max_bytes=None,
+        lease=config.publish_grace,
     )
     task_id, row_id = store.requeue_dead_letter(letter_id, message, by=by, now=now, using=using)
     if row_id is not None:
-        store.defer_publish(row_id, relay_for(app).publisher(using), using=using)
+        if message.locked_until is not None:
+            written = StoredMessage.written(message, row_id)
+            store.defer_publish(written, relay_for(app).publisher(using), using=using)
         dead_letter_requeued.send(sender=app, letter_id=letter_id, task_id=task_id, by=by)
     return task_id
 

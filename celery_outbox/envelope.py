@@ -131,11 +131,14 @@ def build_message(
     now: datetime,
     park_after: timedelta,
     max_bytes: int | None,
+    lease: timedelta | None = None,
 ) -> NewMessage:
     """Build the outbox row for one call of ``task``.
 
     A message whose ETA lies more than ``park_after`` ahead is stored with
     ``available_at`` at its ETA, so no broker or worker holds it while it waits.
+    With ``lease``, a message due now is born leased (``locked_until``) for that long
+    to the publisher that will publish it on commit.
     """
     app = task.app
     check_schedule(options, now=now, tz=app.timezone)
@@ -150,14 +153,16 @@ def build_message(
         accept=app.conf.accept_content,
     )
     headers = dict(publish.get("headers") or {})
+    available_at = _available_at(
+        headers.get("eta"), now=now, park_after=park_after, tz=app.timezone
+    )
     return NewMessage(
         task_id=headers.get("id", task_id),
         task_name=task.name,
         payload=payload,
         options=_stored_options(publish, headers, content),
-        available_at=_available_at(
-            headers.get("eta"), now=now, park_after=park_after, tz=app.timezone
-        ),
+        available_at=available_at,
+        locked_until=now + lease if lease is not None and available_at <= now else None,
     )
 
 

@@ -53,9 +53,14 @@ class NewMessage:
     payload: str
     options: Mapping[str, Any]
     available_at: datetime
+    #: A new row due at once is born leased to its on-commit publisher until then (the
+    #: publish grace), so that publisher needs no claim and no sweeper takes it before.
+    locked_until: datetime | None = None
 
     def __post_init__(self) -> None:
         check_aware("available_at", self.available_at)
+        if self.locked_until is not None:
+            check_aware("locked_until", self.locked_until)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,22 +71,38 @@ class StoredMessage(NewMessage):
     status: MessageStatus = MessageStatus.PENDING
     attempts: int = 0
     last_error: str = ""
-    locked_until: datetime | None = None
     created_at: datetime | None = None
     published_at: datetime | None = None
+
+    @classmethod
+    def written(cls, message: NewMessage, row_id: int) -> StoredMessage:
+        """The row ``message`` became when the store wrote it as ``row_id``."""
+        return cls(**{name: getattr(message, name) for name in _NEW_FIELDS}, id=row_id)
+
+
+_NEW_FIELDS = tuple(NewMessage.__dataclass_fields__)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Claim:
     """Rows leased to one publisher until ``lease_until``.
 
-    ``lease_until`` is also the fencing token: a store only marks a claimed row while
-    its ``locked_until`` still equals it, so a publisher whose lease expired (and whose
-    rows another publisher took) cannot touch them.
+    The lease is also the fencing token: a store only marks a claimed row while its
+    ``locked_until`` still equals the lease that row was claimed with, so a publisher
+    whose lease expired (and whose rows another publisher took) cannot touch them.
+    A sweep's claim leases every row until ``lease_until``; the rows one transaction
+    wrote were each born with their own lease (:attr:`NewMessage.locked_until`).
     """
 
     messages: tuple[StoredMessage, ...]
     lease_until: datetime
+
+    @property
+    def leases(self) -> frozenset[datetime]:
+        """The fencing tokens of the claimed rows (``lease_until`` for a sweep's claim)."""
+        return frozenset(m.locked_until or self.lease_until for m in self.messages) or frozenset(
+            {self.lease_until}
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -69,34 +69,63 @@ class Relay:
         self.app, self.store, self.config = app, store, config
         self.clock, self.rng = clock, rng or random.Random()
         self._local = threading.local()
-        self._publishers: dict[str | None, Callable[[Sequence[int]], PublishReport]] = {}
+        self._publishers: dict[str | None, Callable[[Sequence[StoredMessage]], PublishReport]] = {}
 
-    def publisher(self, using: str | None = None) -> Callable[[Sequence[int]], PublishReport]:
+    def publisher(
+        self, using: str | None = None
+    ) -> Callable[[Sequence[StoredMessage]], PublishReport]:
         """The on-commit publisher of one database alias: always the same callable, so a
         store can tell that rows deferred with it belong to one batch."""
         publish = self._publishers.get(using)
         if publish is None:
-            publish = self._publishers[using] = functools.partial(self.publish_ids, using=using)
+            publish = self._publishers[using] = functools.partial(
+                self.publish_committed, using=using
+            )
         return publish
 
     # -- entry points -------------------------------------------------------------
-    def publish_ids(self, ids: Sequence[int], *, using: str | None = None) -> PublishReport:
-        """Claim ``ids`` and publish them: the on-commit path. Never raises."""
+    def publish_committed(
+        self, messages: Sequence[StoredMessage], *, using: str | None = None
+    ) -> PublishReport:
+        """Publish the rows one transaction wrote, right after its commit. Never raises.
+
+        Rows born leased whose lease still runs need no claim: they are published as
+        they were built once one read has shown they were committed and are still
+        theirs (a rolled-back savepoint leaves none). The others (the lease ran out
+        in a long transaction, or the store does not lease) are claimed first.
+        """
         try:
             now = self.clock()
-            claim = self.store.claim(
-                ids, now=now, lease_until=now + self.config.claim_lease, using=using
-            )
-            return self.publish_claim(claim, using=using)
-        except Exception:
-            # An on-commit callback must never raise into the caller or stop Django's
-            # other callbacks; the rows are committed and the sweeper will publish them.
-            logger.exception(
-                "celery-outbox: publishing %d row(s) after commit failed; "
-                "the sweeper will publish them",
-                len(ids),
-            )
+            leased = [m for m in messages if m.locked_until is not None and m.locked_until > now]
+            held = self.store.still_leased(leased, using=using) if leased else set()
+            mine = tuple(m for m in leased if m.id in held)
+            report = PublishReport()
+            if mine:
+                lease = max(m.locked_until or now for m in mine)
+                claim = Claim(messages=mine, lease_until=lease)
+                report = self.publish_claim(claim, using=using)
+            others = [m.id for m in messages if m.locked_until is None or m.locked_until <= now]
+            if others:
+                report = _merged(report, self._claim_and_publish(others, using=using))
+            return report
+        except Exception:  # noqa: BLE001 - logged: an on-commit callback never raises
+            _log_after_commit_failure(len(messages))
             return PublishReport()
+
+    def publish_ids(self, ids: Sequence[int], *, using: str | None = None) -> PublishReport:
+        """Claim the rows ``ids`` and publish them (publish-now). Never raises."""
+        try:
+            return self._claim_and_publish(ids, using=using)
+        except Exception:  # noqa: BLE001 - logged: an on-commit callback never raises
+            _log_after_commit_failure(len(ids))
+            return PublishReport()
+
+    def _claim_and_publish(self, ids: Sequence[int], *, using: str | None) -> PublishReport:
+        now = self.clock()
+        claim = self.store.claim(
+            ids, now=now, lease_until=now + self.config.claim_lease, using=using
+        )
+        return self.publish_claim(claim, using=using)
 
     def publish_claim(
         self, claim: Claim, *, using: str | None = None, validate: bool = False
@@ -236,7 +265,7 @@ class Relay:
             content_type=options["content_type"],
             content_encoding=options["content_encoding"],
             delivery_mode=options.get("delivery_mode"),
-            declare=self._queues(options.get("declare") or ()),
+            declare=self._queues(producer, options.get("declare") or ()),
             retry=False,
             timeout=timeout,
             confirm_timeout=timeout,
@@ -252,9 +281,18 @@ class Relay:
             properties["expiration"] = max(left.total_seconds(), 0.0)
         return properties
 
-    def _queues(self, names: Iterable[str]) -> list[Any]:
-        queues = self.app.amqp.queues
-        return [queues[name] for name in names]
+    def _queues(self, producer: Producer, names: Iterable[str]) -> list[Any]:
+        # Bound to the producer's channel once: kombu copies and binds an unbound queue
+        # on every publish that declares it, half the cost of a publish in a batch.
+        bound: dict[str, Any] = self._local.bound_queues
+        channel: Any = producer.channel
+        queues = []
+        for name in names:
+            queue = bound.get(name)
+            if queue is None or queue.channel is not channel:
+                queue = bound[name] = self.app.amqp.queues[name].bind(channel)
+            queues.append(queue)
+        return queues
 
     def _producer(self) -> Producer:
         conn: Connection | None = getattr(self._local, "connection", None)
@@ -271,6 +309,7 @@ class Relay:
             )
             self._local.connection = conn
             self._local.producer = None
+            self._local.bound_queues = {}
         conn.ensure_connection(max_retries=0, timeout=timeout)  # type: ignore[arg-type]
         if self._local.producer is None:
             self._local.producer = self.app.amqp.Producer(conn, auto_declare=False)
@@ -326,6 +365,23 @@ def _batches(producer: Producer) -> bool:
         hasattr(producer, "batch")
         and getattr(channel, "create_publish_batch", None) is not None
         and bool(getattr(channel, "supports_batch_publish", True))
+    )
+
+
+def _log_after_commit_failure(count: int) -> None:
+    # An on-commit callback must never raise into the caller or stop Django's other
+    # callbacks; the rows are committed and the sweeper will publish them.
+    logger.exception(
+        "celery-outbox: publishing %d row(s) after commit failed; the sweeper will publish them",
+        count,
+    )
+
+
+def _merged(first: PublishReport, second: PublishReport) -> PublishReport:
+    return PublishReport(
+        published=first.published + second.published,
+        failed={**first.failed, **second.failed},
+        gave_up=first.gave_up | second.gave_up,
     )
 
 

@@ -19,10 +19,11 @@ from celery_outbox.records import (
     NewDeadLetter,
     NewMessage,
     StoredDeadLetter,
+    StoredMessage,
 )
 
-#: Called after commit with the ids of every row one transaction wrote.
-PublishCallback = Callable[[Sequence[int]], object]
+#: Called after commit with every row one transaction deferred (see ``defer_publish``).
+PublishCallback = Callable[[Sequence[StoredMessage]], object]
 
 
 class OutboxStore(abc.ABC):
@@ -41,7 +42,9 @@ class OutboxStore(abc.ABC):
 
         Returns the new row's id, or ``None`` when a ``pending`` row with the same
         ``task_id`` already exists (nothing is written: ``task_id`` is an idempotency key).
-        Outside a transaction the row is committed before this returns.
+        Outside a transaction the row is committed before this returns. The row's
+        ``locked_until`` is the message's: a row born leased is left to its on-commit
+        publisher (no claim takes it) until then.
         """
 
     @abc.abstractmethod
@@ -54,14 +57,26 @@ class OutboxStore(abc.ABC):
 
     @abc.abstractmethod
     def defer_publish(
-        self, message_id: int, publish: PublishCallback, *, using: str | None = None
+        self, message: StoredMessage, publish: PublishCallback, *, using: str | None = None
     ) -> None:
-        """Arrange for ``publish(ids)`` to run once, right after the current commit.
+        """Arrange for ``publish(messages)`` to run once, right after the current commit.
 
-        ``ids`` holds every row deferred in that transaction (one batch, one callback).
-        A rolled-back transaction calls nothing; rows of a rolled-back savepoint may
-        still be listed, and :meth:`claim` drops them because they do not exist.
-        Outside a transaction ``publish`` runs before this returns.
+        ``messages`` holds every row deferred in that transaction (one batch, one
+        callback). A rolled-back transaction calls nothing; rows of a rolled-back
+        savepoint may still be listed, and :meth:`still_leased` and :meth:`claim` drop
+        them because they do not exist. Outside a transaction ``publish`` runs before
+        this returns.
+        """
+
+    @abc.abstractmethod
+    def still_leased(
+        self, messages: Sequence[StoredMessage], *, using: str | None = None
+    ) -> set[int]:
+        """The ids of ``messages`` whose row exists, is ``pending`` and still holds the
+        message's own lease (``locked_until``): rows committed and taken by no one else.
+
+        One read, no write: the on-commit publisher's check before it publishes rows
+        that were born leased to it.
         """
 
     # -- publishing and sweeping ------------------------------------------------
@@ -108,8 +123,8 @@ class OutboxStore(abc.ABC):
     ) -> int:
         """Delete (or, with ``keep``, mark ``published``) the claimed rows in ``ids``.
 
-        One statement. Fenced: rows whose lease is no longer ``claim.lease_until`` are
-        left alone. Returns how many rows it changed.
+        One statement. Fenced: rows whose lease is no longer one of ``claim.leases``
+        are left alone. Returns how many rows it changed.
         """
 
     @abc.abstractmethod

@@ -24,6 +24,7 @@ from celery_outbox.failures import (
     schedule_retry,
     write_dead_letter,
 )
+from celery_outbox.records import StoredMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.retrying import Outcome, decide, options_from_task
 from celery_outbox.storage import OutboxStore
@@ -236,11 +237,14 @@ class OutboxTask(_TaskBase):
             now=now,
             park_after=config.park_after,
             max_bytes=config.max_payload_bytes,
+            lease=config.publish_grace,  # the on-commit publisher's, so it needs no claim
         )
         store = store_for(app)
         row_id = store.add(message, using=using)
-        if row_id is not None and message.available_at <= now:
-            store.defer_publish(row_id, relay_for(app).publisher(using), using=using)
+        if row_id is not None and message.locked_until is not None:
+            store.defer_publish(
+                StoredMessage.written(message, row_id), relay_for(app).publisher(using), using=using
+            )
         return self.AsyncResult(message.task_id)
 
     def delay_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult[Any]:

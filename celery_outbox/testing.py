@@ -35,7 +35,7 @@ class _Frame:
     rows: dict[int, StoredMessage]
     letters: dict[int, StoredDeadLetter]
     callbacks: list[Callable[[], object]] = field(default_factory=list)
-    batch: list[int] | None = None
+    batch: list[StoredMessage] | None = None
 
 
 class InMemoryOutboxStore(OutboxStore):
@@ -85,19 +85,19 @@ class InMemoryOutboxStore(OutboxStore):
             callback()
 
     def defer_publish(
-        self, message_id: int, publish: PublishCallback, *, using: str | None = None
+        self, message: StoredMessage, publish: PublishCallback, *, using: str | None = None
     ) -> None:
         if not self._stack:
-            publish([message_id])
+            publish([message])
             return
         outer = self._stack[0]
         if outer.batch is None:
-            batch: list[int] = []
+            batch: list[StoredMessage] = []
             outer.batch = batch
             # Registered on the outermost frame, so a rolled-back savepoint cannot drop it;
-            # rows of such a savepoint are gone, and claim() skips them.
+            # rows of such a savepoint are gone, and still_leased()/claim() skip them.
             outer.callbacks.append(lambda: publish(batch))
-        outer.batch.append(message_id)
+        outer.batch.append(message)
 
     # -- dispatch ---------------------------------------------------------------------
     def add(self, message: NewMessage, *, using: str | None = None) -> int | None:
@@ -203,14 +203,26 @@ class InMemoryOutboxStore(OutboxStore):
                 )
             return len(held)
 
+    def still_leased(
+        self, messages: Sequence[StoredMessage], *, using: str | None = None
+    ) -> set[int]:
+        with self._lock:
+            return {
+                m.id
+                for m in messages
+                if (row := self.rows.get(m.id)) is not None
+                and row.status is MessageStatus.PENDING
+                and row.locked_until is not None
+                and row.locked_until == m.locked_until
+            }
+
     def _held(self, claim: Claim, ids: Iterable[int]) -> list[StoredMessage]:
         rows = (self.rows.get(i) for i in ids)
+        leases = claim.leases
         return [
             r
             for r in rows
-            if r is not None
-            and r.locked_until == claim.lease_until
-            and r.status is MessageStatus.PENDING
+            if r is not None and r.locked_until in leases and r.status is MessageStatus.PENDING
         ]
 
     def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:
@@ -328,7 +340,7 @@ class InMemoryOutboxStore(OutboxStore):
             return True
 
 
-_NEW_MESSAGE_FIELDS = ("task_id", "task_name", "payload", "options", "available_at")
+_NEW_MESSAGE_FIELDS = tuple(NewMessage.__dataclass_fields__)
 _NEW_LETTER_FIELDS = tuple(NewDeadLetter.__dataclass_fields__)
 
 

@@ -2,7 +2,7 @@
 
 Each database connection keeps one :class:`CommitBatch` per publisher. The first row a
 transaction defers registers the batch's ``on_commit`` callback; later rows join it, so
-the commit runs one ``publish(ids)`` for all of them.
+the commit runs one ``publish(messages)`` for all of them.
 
 Django forgets a callback when the transaction, or the savepoint it was registered in,
 rolls back. A batch whose callback is gone must not collect later rows (they would never
@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
+from celery_outbox.records import StoredMessage
 from celery_outbox.storage import PublishCallback
 
 #: Attribute of a Django connection holding its batches, keyed by publisher.
@@ -29,32 +30,32 @@ class CommitBatch:
 
     def __init__(self, publish: PublishCallback) -> None:
         self.publish = publish
-        self.ids: list[int] = []
+        self.messages: list[StoredMessage] = []
         #: The one callable registered with ``on_commit`` (kept: identity marks it).
         self.callback = self.publish_all
 
     def publish_all(self) -> None:
         """Publish every row of the batch."""
-        self.publish(tuple(self.ids))
+        self.publish(tuple(self.messages))
 
     def is_registered(self, connection: Any) -> bool:
         """Whether Django will still call this batch when ``connection`` commits."""
         return any(entry[1] is self.callback for entry in connection.run_on_commit)
 
 
-def defer(message_id: int, publish: PublishCallback, *, using: str) -> None:
-    """Publish ``message_id`` with ``publish`` right after the current commit of ``using``.
+def defer(message: StoredMessage, publish: PublishCallback, *, using: str) -> None:
+    """Publish ``message`` with ``publish`` right after the current commit of ``using``.
 
-    Outside an atomic block ``publish([message_id])`` runs at once.
+    Outside an atomic block ``publish([message])`` runs at once.
     """
     connection = transaction.get_connection(using)
     if not connection.in_atomic_block:
-        publish((message_id,))
+        publish((message,))
         return
     batch = _live_batch(connection, publish)
     if batch is None:
         batch = _new_batch(connection, publish, using=using)
-    batch.ids.append(message_id)
+    batch.messages.append(message)
 
 
 def _live_batch(connection: Any, publish: PublishCallback) -> CommitBatch | None:
@@ -78,7 +79,7 @@ def _new_batch(connection: Any, publish: PublishCallback, *, using: str) -> Comm
 def publisher_key(publish: PublishCallback) -> Hashable:
     """A key equal for publishers that do the same thing.
 
-    ``functools.partial(relay.publish_ids, using=alias)`` is built anew for every
+    ``functools.partial(relay.publish_committed, using=alias)`` built anew for every
     dispatch; two such partials of the same function and arguments share a batch.
     """
     if isinstance(publish, functools.partial):

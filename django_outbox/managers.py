@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
@@ -47,9 +47,9 @@ class OutboxMessageQuerySet(models.QuerySet["OutboxMessage"]):
             )
         return rows.order_by("available_at", "id")
 
-    def leased_by(self, ids: Sequence[int], lease_until: datetime) -> Self:
-        """Those of ``ids`` still leased until ``lease_until`` (the claim's fencing token)."""
-        return self.filter(id__in=list(ids), locked_until=lease_until)
+    def leased_by(self, ids: Sequence[int], leases: Collection[datetime]) -> Self:
+        """Those of ``ids`` still leased until one of ``leases`` (a claim's fencing tokens)."""
+        return self.filter(id__in=list(ids), locked_until__in=list(leases))
 
     def with_ids(self, ids: Iterable[int]) -> Self:
         """Rows whose primary key is in ``ids``."""

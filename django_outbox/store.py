@@ -22,9 +22,10 @@ from celery_outbox.records import (
     NewDeadLetter,
     NewMessage,
     StoredDeadLetter,
+    StoredMessage,
 )
 from celery_outbox.storage import OutboxStore, PublishCallback
-from django_outbox import batches, claims, conversions
+from django_outbox import batches, claims, conversions, leases
 from django_outbox.inserts import insert_message
 from django_outbox.managers import OutboxMessageQuerySet, locking
 from django_outbox.models import DeadLetter, DeliveryCount, OutboxMessage
@@ -88,10 +89,25 @@ class DjangoOutboxStore(OutboxStore):
         transaction.on_commit(callback, using=_alias(using))
 
     def defer_publish(
-        self, message_id: int, publish: PublishCallback, *, using: str | None = None
+        self, message: StoredMessage, publish: PublishCallback, *, using: str | None = None
     ) -> None:
         """Publish every row a transaction deferred in one callback (:mod:`~.batches`)."""
-        batches.defer(message_id, publish, using=_alias(using))
+        batches.defer(message, publish, using=_alias(using))
+
+    def still_leased(
+        self, messages: Sequence[StoredMessage], *, using: str | None = None
+    ) -> set[int]:
+        """One ``SELECT`` of the ids and leases; each row must hold its message's lease."""
+        alias = _alias(using)
+        if connections[alias].vendor == "postgresql":
+            with _store_errors("read outbox leases"):
+                return leases.still_leased(messages, alias=alias)
+        leased = {m.id: m.locked_until for m in messages}
+        with _store_errors("read outbox leases"):
+            rows = _messages(alias).pending().with_ids(leased).values_list("id", "locked_until")
+            return {
+                row_id for row_id, lease in rows if lease is not None and lease == leased[row_id]
+            }
 
     # -- publishing and sweeping ----------------------------------------------------------
     def claim(
@@ -165,7 +181,10 @@ class DjangoOutboxStore(OutboxStore):
         alias = _alias(using)
         if not ids:
             return 0
-        rows = _messages(alias).leased_by(ids, claim.lease_until)
+        if not keep and connections[alias].vendor == "postgresql":
+            with _store_errors("mark outbox rows published"):
+                return leases.delete_published(claim, ids, alias=alias)
+        rows = _messages(alias).leased_by(ids, claim.leases)
         with _store_errors("mark outbox rows published"):
             if keep:
                 return rows.update(
@@ -188,7 +207,7 @@ class DjangoOutboxStore(OutboxStore):
         alias = _alias(using)
         if not ids:
             return 0
-        rows = _messages(alias).leased_by(ids, claim.lease_until)
+        rows = _messages(alias).leased_by(ids, claim.leases)
         with _store_errors("record a failed publish"):
             if retry_at is None:
                 return rows.update(

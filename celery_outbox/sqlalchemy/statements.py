@@ -51,7 +51,7 @@ def message_values(message: NewMessage, *, created_at: datetime) -> dict[str, An
         "available_at": message.available_at,
         "attempts": 0,
         "last_error": "",
-        "locked_until": None,
+        "locked_until": message.locked_until,
         "created_at": created_at,
         "published_at": None,
     }
@@ -134,10 +134,17 @@ def lease(
     return sorted(messages, key=lambda m: (m.available_at, m.id))
 
 
-def fenced(table: Table, ids: Sequence[int], lease_until: datetime) -> ColumnElement[bool]:
-    """The claimed rows in ``ids`` whose lease is still ``lease_until``."""
+def fenced(table: Table, ids: Sequence[int], leases: Iterable[datetime]) -> ColumnElement[bool]:
+    """The claimed rows in ``ids`` whose lease is still one of ``leases``."""
     c = table.c
-    return and_(c.id.in_(ids), c.locked_until == lease_until, c.status == PENDING)
+    return and_(c.id.in_(ids), c.locked_until.in_(list(leases)), c.status == PENDING)
+
+
+def leases_of(conn: Connection, table: Table, ids: Sequence[int]) -> dict[int, datetime | None]:
+    """``locked_until`` of the pending rows in ``ids``, by id."""
+    c = table.c
+    rows = conn.execute(select(c.id, c.locked_until).where(c.id.in_(ids), c.status == PENDING))
+    return {row_id: lease for row_id, lease in rows}
 
 
 def mark_published(

@@ -18,6 +18,7 @@ from celery_outbox.records import (
     NewDeadLetter,
     NewMessage,
     StoredDeadLetter,
+    StoredMessage,
 )
 from celery_outbox.sqlalchemy import letters, transactions
 from celery_outbox.sqlalchemy import statements as sql
@@ -125,13 +126,26 @@ class SQLAlchemyOutboxStore(OutboxStore):
             transactions.on_commit(session, callback)
 
     def defer_publish(
-        self, message_id: int, publish: PublishCallback, *, using: str | None = None
+        self, message: StoredMessage, publish: PublishCallback, *, using: str | None = None
     ) -> None:
         session = self._in_transaction()
         if session is None:
-            publish((message_id,))
+            publish((message,))
         else:
-            transactions.defer_publish(session, message_id, publish)
+            transactions.defer_publish(session, message, publish)
+
+    def still_leased(
+        self, messages: Sequence[StoredMessage], *, using: str | None = None
+    ) -> set[int]:
+        if not messages:
+            return set()
+        with store_errors("read outbox leases"), self.engine.connect() as conn:
+            leases = sql.leases_of(conn, self.tables.outbox, [m.id for m in messages])
+        return {
+            m.id
+            for m in messages
+            if m.locked_until is not None and leases.get(m.id) == m.locked_until
+        }
 
     # -- publishing and sweeping ----------------------------------------------------
     def claim(
@@ -184,7 +198,7 @@ class SQLAlchemyOutboxStore(OutboxStore):
         require_aware(now=now)
         if not ids:
             return 0
-        where = sql.fenced(self.tables.outbox, ids, claim.lease_until)
+        where = sql.fenced(self.tables.outbox, ids, claim.leases)
         with store_errors("mark outbox rows published"), self.engine.begin() as conn:
             return sql.mark_published(conn, self.tables.outbox, where, now=now, keep=keep)
 
@@ -201,7 +215,7 @@ class SQLAlchemyOutboxStore(OutboxStore):
         require_aware(retry_at=retry_at)
         if not ids:
             return 0
-        where = sql.fenced(self.tables.outbox, ids, claim.lease_until)
+        where = sql.fenced(self.tables.outbox, ids, claim.leases)
         with store_errors("record a failed publish"), self.engine.begin() as conn:
             return sql.record_failure(
                 conn,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
+from celery_outbox.records import StoredMessage
 from celery_outbox.storage import PublishCallback
 
 _INFO_KEY = "celery_outbox.after_commit"
@@ -32,8 +33,8 @@ class _SessionCallbacks:
     pending: dict[SessionTransaction, list[Callback]] = field(default_factory=dict)
     #: Callbacks of a committed root transaction, run once it has closed.
     ready: list[Callback] = field(default_factory=list)
-    #: Row ids deferred in the root transaction, one batch per publish callback.
-    batches: dict[PublishCallback, list[int]] = field(default_factory=dict)
+    #: Rows deferred in the root transaction, one batch per publish callback.
+    batches: dict[PublishCallback, list[StoredMessage]] = field(default_factory=dict)
 
 
 def on_commit(session: Session, callback: Callback, *, root: bool = False) -> None:
@@ -46,24 +47,24 @@ def on_commit(session: Session, callback: Callback, *, root: bool = False) -> No
     _callbacks(session).pending.setdefault(transaction, []).append(callback)
 
 
-def defer_publish(session: Session, message_id: int, publish: PublishCallback) -> None:
-    """Add ``message_id`` to the batch ``publish`` receives after the root commit.
+def defer_publish(session: Session, message: StoredMessage, publish: PublishCallback) -> None:
+    """Add ``message`` to the batch ``publish`` receives after the root commit.
 
-    The first id of a batch registers one callback on the root transaction, so a
-    rolled-back savepoint cannot drop the batch of its parent; ids of rows written in
-    such a savepoint stay listed, and the relay's claim skips them (they do not exist).
+    The first row of a batch registers one callback on the root transaction, so a
+    rolled-back savepoint cannot drop the batch of its parent; rows written in such a
+    savepoint stay listed, and the relay skips them (they do not exist).
     """
     state = _callbacks(session)
-    ids = state.batches.get(publish)
-    if ids is None:
-        ids = state.batches[publish] = []
-        batch = ids
+    batch = state.batches.get(publish)
+    if batch is None:
+        batch = state.batches[publish] = []
+        rows = batch
 
         def run() -> None:
-            publish(tuple(batch))
+            publish(tuple(rows))
 
         on_commit(session, run, root=True)
-    ids.append(message_id)
+    batch.append(message)
 
 
 def _innermost(session: Session) -> SessionTransaction:

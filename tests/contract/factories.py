@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from celery_outbox.records import NewDeadLetter, NewMessage
+from celery_outbox.records import NewDeadLetter, NewMessage, StoredMessage
 
 #: A fixed "now" far from the wall clock, so due times never depend on when tests run.
 #: ``created_at`` comes from the store's own clock (the wall clock), hence ``FAR_FUTURE``.
@@ -61,6 +61,12 @@ def new_dead_letter(**overrides: Any) -> NewDeadLetter:
     return NewDeadLetter(**values)
 
 
+def written(row_id: int | None, message: NewMessage | None = None) -> StoredMessage:
+    """The record of a row a store wrote as ``row_id`` (for ``defer_publish``)."""
+    assert row_id is not None
+    return StoredMessage.written(message or new_message(), row_id)
+
+
 class Rollback(Exception):
     """Raised at the end of a block to roll its transaction back."""
 
@@ -83,4 +89,11 @@ class Calls:
         self.calls: list[tuple[Any, ...]] = []
 
     def __call__(self, *args: Any) -> None:
-        self.calls.append(tuple(tuple(a) if isinstance(a, (list, tuple)) else a for a in args))
+        self.calls.append(
+            tuple(tuple(_ids(a)) if isinstance(a, (list, tuple)) else a for a in args)
+        )
+
+
+def _ids(values: Any) -> list[Any]:
+    # A publisher receives stored messages: record their ids.
+    return [v.id if isinstance(v, StoredMessage) else v for v in values]

@@ -5,8 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from celery_outbox.records import Claim, MessageStatus
-from tests.contract.factories import FAR_FUTURE, LEASE, NOW, Calls, new_message, rolled_back
+from celery_outbox.records import Claim, MessageStatus, StoredMessage
+from tests.contract.factories import (
+    FAR_FUTURE,
+    LEASE,
+    NOW,
+    Calls,
+    new_message,
+    rolled_back,
+    written,
+)
 from tests.contract.harness import Harness
 
 
@@ -124,7 +132,7 @@ def test_defer_publish_calls_once_per_transaction_with_every_row(harness: Harnes
         ids = [harness.store.add(new_message()) for _ in range(3)]
         for row_id in ids:
             assert row_id is not None
-            harness.store.defer_publish(row_id, publish)
+            harness.store.defer_publish(written(row_id), publish)
         assert publish.calls == []
 
     assert publish.calls == [(tuple(ids),)]
@@ -136,10 +144,10 @@ def test_defer_publish_survives_the_rollback_of_the_savepoint_it_began_in(harnes
         with rolled_back(harness.savepoint):
             dropped = harness.store.add(new_message())
             assert dropped is not None
-            harness.store.defer_publish(dropped, publish)
+            harness.store.defer_publish(written(dropped), publish)
         kept = harness.store.add(new_message())
         assert kept is not None
-        harness.store.defer_publish(kept, publish)
+        harness.store.defer_publish(written(kept), publish)
 
     ((ids,),) = publish.calls
     assert kept in ids
@@ -154,7 +162,7 @@ def test_defer_publish_in_a_rolled_back_transaction_calls_nothing(harness: Harne
     with rolled_back(harness.transaction):
         row_id = harness.store.add(new_message())
         assert row_id is not None
-        harness.store.defer_publish(row_id, publish)
+        harness.store.defer_publish(written(row_id), publish)
 
     assert publish.calls == []
 
@@ -163,7 +171,7 @@ def test_defer_publish_outside_a_transaction_publishes_at_once(harness: Harness)
     publish = Calls()
     row_id = harness.store.add(new_message())
     assert row_id is not None
-    harness.store.defer_publish(row_id, publish)
+    harness.store.defer_publish(written(row_id), publish)
 
     assert publish.calls == [((row_id,),)]
 
@@ -174,7 +182,7 @@ def test_each_transaction_gets_its_own_batch(harness: Harness) -> None:
         with harness.transaction():
             row_id = harness.store.add(new_message())
             assert row_id is not None
-            harness.store.defer_publish(row_id, publish)
+            harness.store.defer_publish(written(row_id), publish)
 
     assert [len(ids) for (ids,) in publish.calls] == [1, 1]
     assert publish.calls[0] != publish.calls[1]
@@ -183,13 +191,13 @@ def test_each_transaction_gets_its_own_batch(harness: Harness) -> None:
 def test_on_commit_callbacks_see_the_committed_rows(harness: Harness) -> None:
     seen: list[list[int]] = []
 
-    def publish(ids: Sequence[int]) -> None:
-        claim = harness.store.claim(ids, now=NOW, lease_until=NOW + LEASE)
+    def publish(messages: Sequence[StoredMessage]) -> None:
+        claim = harness.store.claim([m.id for m in messages], now=NOW, lease_until=NOW + LEASE)
         seen.append([m.id for m in claim.messages])
 
     with harness.transaction():
         row_id = harness.store.add(new_message())
         assert row_id is not None
-        harness.store.defer_publish(row_id, publish)
+        harness.store.defer_publish(written(row_id), publish)
 
     assert seen == [[row_id]]

@@ -31,7 +31,7 @@ from celery_outbox.sqlalchemy import (
     metadata,
     outbox_table,
 )
-from tests.contract.factories import FAR_FUTURE, LEASE, NOW, Calls, new_message
+from tests.contract.factories import FAR_FUTURE, LEASE, NOW, Calls, new_message, written
 
 
 class Base(DeclarativeBase):
@@ -78,7 +78,7 @@ def test_rows_join_the_session_transaction_with_the_orm_objects(
         session.flush()
         row_id = store.add(new_message())
         assert row_id is not None
-        store.defer_publish(row_id, publish)
+        store.defer_publish(written(row_id), publish)
         session.add(Order(id=2, note="second"))
         session.flush()  # a flush's internal subtransaction must not disturb the batch
         assert pending(store) == 0  # not committed yet: other connections do not see it
@@ -88,7 +88,7 @@ def test_rows_join_the_session_transaction_with_the_orm_objects(
         # The same session, a new transaction (autobegun by add): a new batch.
         second = store.add(new_message())
         assert second is not None
-        store.defer_publish(second, publish)
+        store.defer_publish(written(second), publish)
         session.rollback()
     assert publish.calls == [((row_id,),)]
     assert pending(store) == 1

@@ -131,9 +131,28 @@ def test_statements_on_commit_do_not_grow_with_the_rows(world: World, count: int
     sql = [query["sql"] for query in queries]
     last_insert = max(i for i, statement in enumerate(sql) if statement.startswith("INSERT"))
     on_commit = [statement.split()[0] for statement in sql[last_insert + 1 :]]
-    # COMMIT; then the relay: one claiming UPDATE ... RETURNING; one DELETE.
-    assert on_commit == ["COMMIT", "UPDATE", "DELETE"]
+    # COMMIT; then the relay: the rows were born leased to it, so no claim: one SELECT
+    # to see they were committed and are still its own, then one DELETE.
+    assert on_commit == ["COMMIT", "SELECT", "DELETE"]
     assert not OutboxMessage.objects.exists()
+
+
+def test_a_transaction_longer_than_the_grace_claims_its_rows_before_publishing(
+    world: World, start_worker: Callable[..., Any]
+) -> None:
+    # The rows' birth lease (the publish grace) ran out before COMMIT: a sweeper may
+    # already hold them, so the on-commit publisher claims them instead of trusting it.
+    world.app.conf.outbox_publish_grace = 0.2
+    vars(world.app).pop("_outbox_config", None)  # read the settings again
+    start_worker()
+    connection = connections["default"]
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        result = world.record.delay(1)
+        time.sleep(0.3)
+    sql = [query["sql"].split()[0] for query in queries]
+    assert sql[sql.index("COMMIT") + 1 :] == ["UPDATE", "DELETE"]
+    runs = drain(world, expected_before=1)
+    assert [run["task_id"] for run in runs] == [result.id]
 
 
 def closed_port() -> int:

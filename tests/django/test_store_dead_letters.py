@@ -10,6 +10,7 @@ from django.db import transaction
 
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter
 from django_outbox.models import DeadLetter, OutboxMessage
+from tests.contract.factories import written
 from tests.django.helpers import later, rolled_back
 
 
@@ -94,7 +95,11 @@ def test_using_selects_the_database_and_its_transaction(
     published: list[list[int]] = []
     with transaction.atomic(using="other"):
         row_id = store.add(message("elsewhere"), using="other")
-        store.defer_publish(row_id, lambda ids: published.append(list(ids)), using="other")
+        store.defer_publish(
+            written(row_id),
+            lambda messages: published.append([m.id for m in messages]),
+            using="other",
+        )
         assert published == []
     assert published == [[row_id]]
     assert OutboxMessage.objects.using("other").filter(task_id="elsewhere").exists()

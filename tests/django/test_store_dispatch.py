@@ -17,8 +17,9 @@ from django.db.utils import DataError
 from django.test.utils import CaptureQueriesContext
 
 from celery_outbox.exceptions import StoreError
-from celery_outbox.records import MessageStatus
+from celery_outbox.records import MessageStatus, StoredMessage
 from django_outbox.models import OutboxMessage
+from tests.contract.factories import written
 from tests.django.helpers import postgres_only, rolled_back
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,13 +27,13 @@ T = TypeVar("T")
 
 
 class Publisher:
-    """A publish callback recording each call's ids."""
+    """A publish callback recording each call's row ids."""
 
     def __init__(self) -> None:
         self.calls: list[list[int]] = []
 
-    def __call__(self, ids: Sequence[int]) -> None:
-        self.calls.append(list(ids))
+    def __call__(self, messages: Sequence[StoredMessage]) -> None:
+        self.calls.append([m.id for m in messages])
 
 
 def in_other_connection(work: Callable[[], T]) -> T:
@@ -147,7 +148,7 @@ def test_defer_publish_makes_one_batch_per_transaction(store: Any, message: Any)
     with transaction.atomic():
         ids = [store.add(message(f"t{n}")) for n in range(3)]
         for row_id in ids:
-            store.defer_publish(row_id, publish)
+            store.defer_publish(written(row_id), publish)
         assert publish.calls == []
     assert publish.calls == [ids]
 
@@ -155,7 +156,7 @@ def test_defer_publish_makes_one_batch_per_transaction(store: Any, message: Any)
 def test_defer_publish_outside_a_transaction_publishes_at_once(store: Any, message: Any) -> None:
     publish = Publisher()
     row_id = store.add(message("now"))
-    store.defer_publish(row_id, publish)
+    store.defer_publish(written(row_id), publish)
     assert publish.calls == [[row_id]]
 
 
@@ -164,10 +165,10 @@ def test_rolled_back_transaction_does_not_swallow_the_next_ones_rows(
 ) -> None:
     publish = Publisher()
     with rolled_back():
-        store.defer_publish(store.add(message("lost")), publish)
+        store.defer_publish(written(store.add(message("lost"))), publish)
     with transaction.atomic():
         kept = store.add(message("kept"))
-        store.defer_publish(kept, publish)
+        store.defer_publish(written(kept), publish)
     assert publish.calls == [[kept]]
 
 
@@ -177,9 +178,9 @@ def test_batch_of_a_rolled_back_savepoint_does_not_swallow_later_rows(
     publish = Publisher()
     with transaction.atomic():
         with rolled_back():
-            store.defer_publish(store.add(message("lost")), publish)
+            store.defer_publish(written(store.add(message("lost"))), publish)
         kept = store.add(message("kept"))
-        store.defer_publish(kept, publish)
+        store.defer_publish(written(kept), publish)
     assert publish.calls == [[kept]]
 
 
@@ -189,10 +190,10 @@ def test_rows_of_a_rolled_back_savepoint_join_the_batch_but_cannot_be_claimed(
     publish = Publisher()
     with transaction.atomic():
         kept = store.add(message("kept"))
-        store.defer_publish(kept, publish)
+        store.defer_publish(written(kept), publish)
         with rolled_back():
             lost = store.add(message("lost"))
-            store.defer_publish(lost, publish)
+            store.defer_publish(written(lost), publish)
     assert publish.calls == [[kept, lost]]
     claim = store.claim(publish.calls[0], now=now, lease_until=now)
     assert [m.id for m in claim.messages] == [kept]
@@ -203,18 +204,18 @@ def test_equal_publishers_share_one_batch(store: Any, message: Any) -> None:
     with transaction.atomic():
         ids = [store.add(message(f"t{n}")) for n in range(2)]
         for row_id in ids:  # the core builds a new partial for every dispatch
-            store.defer_publish(row_id, functools.partial(publish))
+            store.defer_publish(written(row_id), functools.partial(publish))
     assert publish.calls == [ids]
 
 
 def test_a_failing_publisher_stops_no_other_callback(store: Any, message: Any) -> None:
     calls: list[str] = []
 
-    def failing(ids: Sequence[int]) -> None:
+    def failing(messages: Sequence[StoredMessage]) -> None:
         raise RuntimeError("broker exploded")
 
     with transaction.atomic():
-        store.defer_publish(store.add(message("a")), failing)
+        store.defer_publish(written(store.add(message("a"))), failing)
         store.on_commit(lambda: calls.append("after"))
     assert calls == ["after"]
 
@@ -224,6 +225,6 @@ def test_each_alias_outside_its_atomic_block_publishes_at_once(store: Any, messa
     publish = Publisher()
     with transaction.atomic(using="default"):
         row_id = store.add(message("a"), using="default")
-        store.defer_publish(row_id, publish, using=None)
+        store.defer_publish(written(row_id), publish, using=None)
         assert publish.calls == []
     assert publish.calls == [[row_id]]

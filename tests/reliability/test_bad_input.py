@@ -25,6 +25,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from celery_outbox import OutboxConfigError, OutboxTask, PayloadError, install_store
+from celery_outbox.records import StoredMessage
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, outbox_table
 from celery_outbox.storage import PublishCallback
 from celery_outbox.sweep_task import sweep_app
@@ -48,7 +49,7 @@ class ProducerDiedStore(SQLAlchemyOutboxStore):
     """A store whose on-commit publish never happens: the producer died after COMMIT."""
 
     def defer_publish(
-        self, message_id: int, publish: PublishCallback, *, using: str | None = None
+        self, message: StoredMessage, publish: PublishCallback, *, using: str | None = None
     ) -> None:
         pass
 
