@@ -187,13 +187,12 @@ def test_payload_above_the_limit_fails_at_the_call_site(
 
 
 def _write_unpublished(outbox: Outbox, calls: list[tuple[str, str]]) -> None:
-    """Commit rows for ``(task name, key)`` whose producer "dies" before publishing them."""
-    app, store = create_app(
-        broker=outbox.env.broker,
-        db_url=outbox.env.db_url,
-        queue=outbox.env.queue,
-        ledger_dir=str(outbox.env.ledger_dir),
-    )
+    """Commit rows for ``(task name, key)`` whose producer "dies" before publishing them.
+
+    With no publish grace, as the sweep below: the rows are born leased to their
+    on-commit publisher for that long, and no sweep takes them before.
+    """
+    app, store = outbox.app_with(outbox_publish_grace=0.0)
     app.task(name=RETIRED, base=OutboxTask, shared=False)(retired)
     died = ProducerDiedStore(engine=store.engine)
     install_store(app, died)
