@@ -57,6 +57,13 @@ def unknown_in_docs(defaults: Mapping[str, Any], markdown: str) -> list[str]:
     )
 
 
+#: DESIGN.md settings of open issues, not built yet (the issue that builds one removes it here).
+PLANNED_SETTINGS = {
+    "outbox_keep_completed": "issue 15 (atomic tasks)",
+    "outbox_retry_queue": "issue 20 (performance round 2)",
+}
+
+
 def design_settings(design: str) -> set[str]:
     """The ``outbox_*`` names of DESIGN.md's settings table."""
     section = design.split("## Settings", 1)[1].split("\n## ", 1)[0]
@@ -93,4 +100,7 @@ def test_design_settings_exist_in_the_code() -> None:
         pytest.skip("DESIGN.md is not in this checkout (set OUTBOX_DESIGN_MD to its path)")
     names = design_settings(found[0].read_text())
     assert names, "DESIGN.md has no outbox_* settings table"
-    assert sorted(names - set(DEFAULTS)) == []
+    planned = set(PLANNED_SETTINGS)
+    assert sorted(names - set(DEFAULTS) - planned) == []
+    assert sorted(planned & set(DEFAULTS)) == [], "built: remove it from PLANNED_SETTINGS"
+    assert sorted(planned - names) == [], "no longer in DESIGN.md: remove it from PLANNED_SETTINGS"
