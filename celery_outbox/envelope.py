@@ -16,11 +16,12 @@ from typing import Any, cast
 
 from celery import Celery, Task
 from kombu import Connection
-from kombu.compression import compress, decompress
+from kombu.compression import compress, decompress, encoders
 from kombu.exceptions import EncodeError
 from kombu.serialization import dumps, loads, prepare_accept_content
 
 from celery_outbox.exceptions import PayloadError
+from celery_outbox.limits import check_argument_depth, check_message, with_storable_reprs
 from celery_outbox.records import NewMessage
 from celery_outbox.schedule import as_datetime, check_schedule
 
@@ -95,6 +96,7 @@ def serialise_body(
     """
     try:
         content_type, content_encoding, data = dumps(body, serializer=serializer)
+        raw = data.encode(content_encoding) if isinstance(data, str) else data
     except (EncodeError, TypeError, ValueError) as exc:
         raise PayloadError(
             f"Cannot dispatch task {task_name!r}: its arguments cannot be serialised "
@@ -106,7 +108,6 @@ def serialise_body(
             f"refuse {content_type!r} (accept_content={list(accept)!r}). Use a serializer "
             "in accept_content, or add this one there if you trust every producer."
         )
-    raw = data.encode(content_encoding) if isinstance(data, str) else data
     if max_bytes is not None and len(raw) > max_bytes:
         raise PayloadError(
             f"Cannot dispatch task {task_name!r}: its serialised arguments are {len(raw)} bytes, "
@@ -114,7 +115,7 @@ def serialise_body(
         )
     content: dict[str, Any] = {"content_type": content_type, "content_encoding": content_encoding}
     if compression:
-        raw, content["compression"] = compress(raw, compression)
+        raw, content["compression"] = _compress(task_name, raw, compression)
     if compression or content_encoding == "binary":
         content["body_encoding"] = BODY_ENCODING_BASE64
         return base64.b64encode(raw).decode("ascii"), content
@@ -132,13 +133,21 @@ def build_message(
     park_after: timedelta,
     max_bytes: int | None,
     lease: timedelta | None = None,
+    validate: bool = True,
 ) -> NewMessage:
     """Build the outbox row for one call of ``task``.
 
     A message whose ETA lies more than ``park_after`` ahead is stored with
     ``available_at`` at its ETA, so no broker or worker holds it while it waits.
     With ``lease``, a message due now is born leased (``locked_until``) for that long
-    to the publisher that will publish it on commit.
+    to the publisher that will publish it on commit. ``validate`` checks what the
+    caller gave (see :mod:`celery_outbox.limits`); a worker re-dispatching a message
+    that was checked when it was first sent passes ``False``.
+
+    Raises
+    ------
+    PayloadError
+        When the message cannot be serialised or stored, or exceeds ``max_bytes``.
     """
     app = task.app
     check_schedule(options, now=now, tz=app.timezone)
@@ -152,11 +161,19 @@ def build_message(
         max_bytes=max_bytes,
         accept=app.conf.accept_content,
     )
-    headers = dict(publish.get("headers") or {})
+    if validate:
+        check_argument_depth(
+            task.name,
+            tuple(args or ()),
+            dict(kwargs or {}),
+            payload=payload,
+            content_type=content["content_type"],
+        )
+    headers = with_storable_reprs(publish.get("headers") or {})
     available_at = _available_at(
         headers.get("eta"), now=now, park_after=park_after, tz=app.timezone
     )
-    return NewMessage(
+    message = NewMessage(
         task_id=headers.get("id", task_id),
         task_name=task.name,
         payload=payload,
@@ -164,6 +181,19 @@ def build_message(
         available_at=available_at,
         locked_until=now + lease if lease is not None and available_at <= now else None,
     )
+    if validate:
+        check_message(message, max_bytes=max_bytes)
+    return message
+
+
+def _compress(task_name: str, raw: bytes, compression: str) -> tuple[bytes, str]:
+    try:
+        return compress(raw, compression)
+    except KeyError:
+        raise PayloadError(
+            f"Cannot dispatch task {task_name!r} with compression={compression!r}: no such "
+            f"codec. Accepted: {sorted(encoders())}, or a short name of one such as 'gzip'."
+        ) from None
 
 
 _NOT_PROPERTIES = frozenset(
@@ -193,7 +223,9 @@ def _stored_options(
         "delivery_mode": publish.get("delivery_mode"),
         "declare": [getattr(q, "name", q) for q in publish.get("declare") or ()],
         "headers": headers,
-        "properties": {k: v for k, v in publish.items() if k not in _NOT_PROPERTIES},
+        "properties": with_storable_reprs(
+            {k: v for k, v in publish.items() if k not in _NOT_PROPERTIES}
+        ),
         **content,
     }
 

@@ -76,6 +76,7 @@ def schedule_retry(
         now=now,
         park_after=config.park_after,
         max_bytes=None,
+        validate=False,  # checked when first dispatched; a worker must not fail here
     )
     short = message.available_at <= now
     if short and _publish_eta(task, request, message):
@@ -141,6 +142,7 @@ def requeue_later(task: Task[Any, Any], request: Any, cause: Exception) -> NoRet
         now=now,
         park_after=timedelta.max,
         max_bytes=None,
+        validate=False,  # checked when first dispatched; a worker must not fail here
     )
     if _publish_eta(task, request, message):
         logger.warning(

@@ -14,6 +14,10 @@ OUTBOX_TABLE = "celery_outbox_message"
 DEAD_LETTER_TABLE = "celery_outbox_deadletter"
 #: Name of the table counting redeliveries of task messages (one row per redelivered task).
 DELIVERY_TABLE = "celery_outbox_delivery"
+#: Longest task id the tables hold (``task_id`` columns).
+TASK_ID_MAX_LENGTH = 255
+#: Longest task name the tables hold (``task_name`` columns).
+TASK_NAME_MAX_LENGTH = 255
 
 
 class MessageStatus(str, enum.Enum):

@@ -217,7 +217,10 @@ class OutboxTask(_TaskBase):
         Raises
         ------
         PayloadError
-            When the arguments cannot be serialised or exceed ``outbox_max_payload_bytes``.
+            When the arguments cannot be serialised, are nested deeper than
+            ``MAX_ARGUMENT_DEPTH``, or the row (arguments, headers, options, task id)
+            cannot be stored or exceeds ``outbox_max_payload_bytes``
+            (see :mod:`celery_outbox.limits`).
         NoStoreConfigured
             When no outbox store is installed.
         """
@@ -271,7 +274,7 @@ class OutboxTask(_TaskBase):
             serializer=options.get("serializer")
             or self.serializer
             or self.app.conf.task_serializer,
-            compression=None,
+            compression=options.get("compression"),
             max_bytes=config.max_payload_bytes,
             accept=self.app.conf.accept_content,
         )

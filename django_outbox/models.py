@@ -15,6 +15,8 @@ from celery_outbox.records import (
     DEAD_LETTER_TABLE,
     DELIVERY_TABLE,
     OUTBOX_TABLE,
+    TASK_ID_MAX_LENGTH,
+    TASK_NAME_MAX_LENGTH,
     DeadLetterStatus,
     MessageStatus,
 )
@@ -53,8 +55,8 @@ class OutboxMessage(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    task_id = models.CharField(_("task id"), max_length=255)
-    task_name = models.CharField(_("task name"), max_length=255)
+    task_id = models.CharField(_("task id"), max_length=TASK_ID_MAX_LENGTH)
+    task_name = models.CharField(_("task name"), max_length=TASK_NAME_MAX_LENGTH)
     payload = models.TextField(_("payload"))
     options = models.JSONField(_("options"))
     status = models.CharField(
@@ -96,8 +98,8 @@ class DeadLetter(models.Model):
     """A task that ended without a retry: inspect it, then requeue or discard it."""
 
     id = models.BigAutoField(primary_key=True)
-    task_id = models.CharField(_("task id"), max_length=255)
-    task_name = models.CharField(_("task name"), max_length=255)
+    task_id = models.CharField(_("task id"), max_length=TASK_ID_MAX_LENGTH)
+    task_name = models.CharField(_("task name"), max_length=TASK_NAME_MAX_LENGTH)
     args = models.JSONField(_("args"))
     kwargs = models.JSONField(_("kwargs"))
     options = models.JSONField(_("options"))
@@ -116,7 +118,7 @@ class DeadLetter(models.Model):
     requeued_at = models.DateTimeField(_("requeued at"), null=True, blank=True)
     requeued_by = models.CharField(_("requeued by"), max_length=150, default="", blank=True)
     requeued_task_id = models.CharField(
-        _("requeued task id"), max_length=255, default="", blank=True
+        _("requeued task id"), max_length=TASK_ID_MAX_LENGTH, default="", blank=True
     )
 
     objects = DeadLetterManager()
@@ -164,7 +166,7 @@ class DeliveryCount(models.Model):
     dead-lettered without running.
     """
 
-    task_id = models.CharField(_("task id"), max_length=255, primary_key=True)
+    task_id = models.CharField(_("task id"), max_length=TASK_ID_MAX_LENGTH, primary_key=True)
     deliveries = models.IntegerField(_("deliveries"))
     updated_at = models.DateTimeField(_("updated at"))
 

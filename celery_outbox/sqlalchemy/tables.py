@@ -16,6 +16,8 @@ from celery_outbox.records import (
     DEAD_LETTER_TABLE,
     DELIVERY_TABLE,
     OUTBOX_TABLE,
+    TASK_ID_MAX_LENGTH,
+    TASK_NAME_MAX_LENGTH,
     DeadLetterStatus,
     MessageStatus,
 )
@@ -56,8 +58,8 @@ def _outbox_table(metadata: MetaData) -> Table:
         OUTBOX_TABLE,
         metadata,
         Column("id", BigIdType, primary_key=True, autoincrement=True),
-        Column("task_id", String(255), nullable=False),
-        Column("task_name", String(255), nullable=False),
+        Column("task_id", String(TASK_ID_MAX_LENGTH), nullable=False),
+        Column("task_name", String(TASK_NAME_MAX_LENGTH), nullable=False),
         Column("payload", Text, nullable=False),
         Column("options", JSONType, nullable=False),
         Column("status", String(16), nullable=False, default=MessageStatus.PENDING.value),
@@ -86,8 +88,8 @@ def _dead_letter_table(metadata: MetaData) -> Table:
         DEAD_LETTER_TABLE,
         metadata,
         Column("id", BigIdType, primary_key=True, autoincrement=True),
-        Column("task_id", String(255), nullable=False),
-        Column("task_name", String(255), nullable=False),
+        Column("task_id", String(TASK_ID_MAX_LENGTH), nullable=False),
+        Column("task_name", String(TASK_NAME_MAX_LENGTH), nullable=False),
         Column("args", JSONType, nullable=False),
         Column("kwargs", JSONType, nullable=False),
         Column("options", JSONType, nullable=False),
@@ -100,7 +102,7 @@ def _dead_letter_table(metadata: MetaData) -> Table:
         Column("status", String(16), nullable=False, default=DeadLetterStatus.DEAD.value),
         Column("requeued_at", UTCDateTime, nullable=True),
         Column("requeued_by", String(150), nullable=False, default=""),
-        Column("requeued_task_id", String(255), nullable=False, default=""),
+        Column("requeued_task_id", String(TASK_ID_MAX_LENGTH), nullable=False, default=""),
         Index("celery_outbox_dl_task_id_idx", "task_id"),
         Index("celery_outbox_dl_status_failed_idx", "status", "failed_at"),
     )
@@ -111,7 +113,7 @@ def _delivery_table(metadata: MetaData) -> Table:
     return Table(
         DELIVERY_TABLE,
         metadata,
-        Column("task_id", String(255), primary_key=True),
+        Column("task_id", String(TASK_ID_MAX_LENGTH), primary_key=True),
         Column("deliveries", Integer, nullable=False),
         Column("updated_at", UTCDateTime, nullable=False),
     )

@@ -1,0 +1,198 @@
+"""What a dispatched message may hold, checked at the call site.
+
+A message the store cannot write, or a worker cannot run, fails here with a
+:class:`~celery_outbox.exceptions.PayloadError` naming the value and what is accepted,
+inside the caller's transaction, instead of later as a store error, a worker crash
+or a redelivery loop.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from celery_outbox.exceptions import PayloadError
+from celery_outbox.records import TASK_ID_MAX_LENGTH, TASK_NAME_MAX_LENGTH, NewMessage
+
+#: Deepest nesting of lists, tuples, sets and dicts accepted in one argument. Celery's
+#: prefork pool pickles each request, and pickle gives up around 500-1000 levels: a
+#: deeper argument would crash the worker at every redelivery.
+MAX_ARGUMENT_DEPTH = 100
+
+#: Headers (and properties) holding a repr of the arguments, for display only: stored escaped.
+REPR_HEADERS = ("argsrepr", "kwargsrepr")
+
+_JSON_CONTENT_TYPE = "application/json"
+_CONTAINERS = (list, tuple, set, frozenset)
+#: ``\u0000`` in JSON text, not preceded by an escaped backslash.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+_SHOWN = 80
+
+
+def storable_repr(text: str) -> str:
+    """``text`` with NUL and lone surrogates backslash-escaped, as a database can store it."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def with_storable_reprs(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` (headers or properties) with storable ``argsrepr``/``kwargsrepr``."""
+    stored = dict(fields)
+    for name in REPR_HEADERS:
+        if isinstance(stored.get(name), str):
+            stored[name] = storable_repr(stored[name])
+    return stored
+
+
+def check_argument_depth(
+    task_name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    payload: str,
+    content_type: str,
+) -> None:
+    """Refuse an argument nested deeper than :data:`MAX_ARGUMENT_DEPTH`.
+
+    A JSON payload with no more brackets than the limit cannot hold such an argument,
+    so the arguments are walked only when it has more (or is not JSON).
+
+    Raises
+    ------
+    PayloadError
+        Naming the argument and the limit.
+    """
+    if content_type == _JSON_CONTENT_TYPE and _brackets(payload) <= MAX_ARGUMENT_DEPTH:
+        return
+    for name, value in _arguments(args, kwargs):
+        if _deeper_than(value, MAX_ARGUMENT_DEPTH):
+            raise PayloadError(
+                f"Cannot dispatch task {task_name!r}: argument {name} is nested more than "
+                f"MAX_ARGUMENT_DEPTH={MAX_ARGUMENT_DEPTH} levels deep (lists, tuples, sets, "
+                "dicts); workers could not hand it to their pool. Flatten it, or store it "
+                "and pass a reference (an id)."
+            )
+
+
+def check_message(message: NewMessage, *, max_bytes: int | None) -> None:
+    """Refuse a message the outbox table cannot store, or larger than ``max_bytes``.
+
+    The task id and name must fit their columns; headers and options must be strict
+    JSON (no NaN or infinity, no NUL, no lone surrogate); the whole row (payload,
+    headers and options, id and name) must fit ``outbox_max_payload_bytes``.
+
+    Raises
+    ------
+    PayloadError
+        Naming the value and what is accepted.
+    """
+    _check_identifier(message.task_name, "task id", message.task_id, TASK_ID_MAX_LENGTH)
+    _check_identifier(message.task_name, "task name", message.task_name, TASK_NAME_MAX_LENGTH)
+    options_bytes = _options_bytes(message.task_name, message.options)
+    if max_bytes is None:
+        return
+    payload_bytes = len(message.payload.encode("utf-8"))
+    ids = len(message.task_id.encode("utf-8")) + len(message.task_name.encode("utf-8"))
+    total = payload_bytes + options_bytes + ids
+    if total > max_bytes:
+        raise PayloadError(
+            f"Cannot dispatch task {message.task_name!r}: its outbox row is {total} bytes "
+            f"(payload {payload_bytes}, headers and options {options_bytes}, id and name "
+            f"{ids}), above outbox_max_payload_bytes={max_bytes}. Pass a reference (an id) "
+            "instead, and keep headers, argsrepr/kwargsrepr and shadow small."
+        )
+
+
+def _brackets(payload: str) -> int:
+    return payload.count("[") + payload.count("{")
+
+
+def _arguments(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    for position, value in enumerate(args):
+        yield f"{position} (positional)", value
+    for key, value in kwargs.items():
+        yield repr(key), value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    # Iterative, depth first: a deep (or self-containing) value stops at limit + 1.
+    stack = [(value, 0)]
+    while stack:
+        current, depth = stack.pop()
+        if isinstance(current, Mapping):
+            children: Any = current.values()
+        elif isinstance(current, _CONTAINERS):
+            children = current
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _check_identifier(task_name: str, what: str, value: str, max_length: int) -> None:
+    problem = None
+    if not isinstance(value, str):
+        problem = f"is a {type(value).__name__}, not a str"
+    elif len(value) > max_length:
+        problem = f"is {len(value)} characters long, above the column's {max_length}"
+    elif _text_problem(value):
+        problem = _text_problem(value)
+    if problem:
+        raise PayloadError(
+            f"Cannot dispatch task {task_name!r}: its {what} {_shown(value)} {problem}. "
+            f"Give a str of at most {max_length} characters, without NUL or lone surrogates."
+        )
+
+
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "contains a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate"
+    return None
+
+
+def _options_bytes(task_name: str, options: Mapping[str, Any]) -> int:
+    """The size of ``options`` as stored (strict JSON, UTF-8), or a PayloadError naming why not."""
+    size, problem = _json_size(options)
+    if problem is None:
+        return size
+    headers = options.get("headers") or {}
+    named = [(f"header {k!r}", v) for k, v in headers.items()]
+    named += [(f"option {k!r}", v) for k, v in options.items() if k != "headers"]
+    culprits = [(n, v, p) for n, v in named if (p := _json_size(v)[1])]
+    name, value, problem = culprits[0] if culprits else ("headers and options", options, problem)
+    raise PayloadError(
+        f"Cannot dispatch task {task_name!r}: {name}={_shown(value)} cannot be stored: "
+        f"{problem}. Headers and options must be JSON: str (without NUL or lone "
+        "surrogates), int, finite float, bool, None, lists and dicts of those."
+    )
+
+
+def _json_size(value: Any) -> tuple[int, str | None]:
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return 0, str(exc)
+    if _JSON_NUL.search(text):
+        return 0, "it contains a NUL character"
+    try:
+        return len(text.encode("utf-8")), None
+    except UnicodeEncodeError:
+        return 0, "it contains a lone surrogate"
+
+
+def _shown(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= _SHOWN else f"{shown[:_SHOWN]}... ({len(shown)} characters)"
