@@ -24,6 +24,7 @@ from celery_outbox.failures import (
     schedule_retry,
     write_dead_letter,
 )
+from celery_outbox.limits import check_argument_depth
 from celery_outbox.records import StoredMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.retrying import Outcome, decide, options_from_task
@@ -268,7 +269,7 @@ class OutboxTask(_TaskBase):
         config: OutboxConfig,
     ) -> AsyncResult[Any]:
         # Eager mode (user test suites): validate the arguments now, run on commit.
-        serialise_body(
+        payload, content = serialise_body(
             self.name,
             (list(args or ()), dict(kwargs or {}), {}),
             serializer=options.get("serializer")
@@ -277,6 +278,13 @@ class OutboxTask(_TaskBase):
             compression=options.get("compression"),
             max_bytes=config.max_payload_bytes,
             accept=self.app.conf.accept_content,
+        )
+        check_argument_depth(
+            self.name,
+            tuple(args or ()),
+            dict(kwargs or {}),
+            payload=payload,
+            content_type=content["content_type"],
         )
         outcome: list[AsyncResult[Any]] = []
 

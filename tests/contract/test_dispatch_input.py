@@ -193,3 +193,12 @@ def test_a_refused_call_leaves_the_transaction_usable(harness: Harness, app: Cel
         kept = dispatch(app, "kept\x00")
 
     assert [row.task_id for row in rows(harness)] == [kept]
+
+
+def test_eager_mode_refuses_what_a_real_dispatch_refuses(harness: Harness, app: Celery) -> None:
+    app.conf.task_always_eager = True
+
+    with pytest.raises(PayloadError, match=r"MAX_ARGUMENT_DEPTH=100"):
+        dispatch(app, nested(600))
+    with pytest.raises(PayloadError, match=r"compression='bogus'"):
+        dispatch(app, 1, compression="bogus")

@@ -78,7 +78,9 @@ def test_unserialisable_argument_names_task_and_type(app: Celery) -> None:
 
 def test_payload_limit(app: Celery) -> None:
     task = app.task(base=OutboxTask, name="env.t")(noop)
-    with pytest.raises(PayloadError, match=r"arguments are \d+ bytes, above outbox_max_payload_bytes=1000"):
+    with pytest.raises(
+        PayloadError, match=r"arguments are \d+ bytes, above outbox_max_payload_bytes=1000"
+    ):
         build(task, "x" * 2000, max_bytes=1000)
     build(task, "x" * 10, max_bytes=1000)
 
