@@ -139,12 +139,11 @@ def _deeper_than(value: Any, limit: int) -> bool:
 
 
 def _check_identifier(task_name: str, what: str, value: str, max_length: int) -> None:
-    problem = None
     if not isinstance(value, str):
-        problem = f"is a {type(value).__name__}, not a str"
+        problem: str | None = f"is a {type(value).__name__}, not a str"
     elif len(value) > max_length:
         problem = f"is {len(value)} characters long, above the column's {max_length}"
-    elif _text_problem(value):
+    else:
         problem = _text_problem(value)
     if problem:
         raise PayloadError(
@@ -168,9 +167,11 @@ def _options_bytes(task_name: str, options: Mapping[str, Any]) -> int:
     size, problem = _json_size(options)
     if problem is None:
         return size
-    headers = options.get("headers") or {}
-    named = [(f"header {k!r}", v) for k, v in headers.items()]
-    named += [(f"option {k!r}", v) for k, v in options.items() if k != "headers"]
+    named = [(f"header {k!r}", v) for k, v in (options.get("headers") or {}).items()]
+    named += [(f"option {k!r}", v) for k, v in (options.get("properties") or {}).items()]
+    named += [
+        (f"option {k!r}", v) for k, v in options.items() if k not in ("headers", "properties")
+    ]
     culprits = [(n, v, p) for n, v in named if (p := _json_size(v)[1])]
     name, value, problem = culprits[0] if culprits else ("headers and options", options, problem)
     raise PayloadError(

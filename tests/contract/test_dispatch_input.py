@@ -107,7 +107,9 @@ def test_a_header_the_table_cannot_store_is_refused_naming_it(
 
 
 def test_an_unstorable_option_is_refused_naming_it(harness: Harness, app: Celery) -> None:
-    with pytest.raises(PayloadError, match=r"'correlation_id'.*NUL"):
+    with pytest.raises(
+        PayloadError, match=r"option 'correlation_id'='id\\x00' cannot be stored: .*NUL"
+    ):
         dispatch(app, 1, correlation_id="id\x00")
     with pytest.raises(PayloadError, match=r"header 'shadow'=.*lone surrogate"):
         dispatch(app, 1, shadow="name\ud800")
