@@ -25,9 +25,11 @@ MAX_ARGUMENT_DEPTH = 100
 REPR_HEADERS = ("argsrepr", "kwargsrepr")
 
 _JSON_CONTENT_TYPE = "application/json"
-_CONTAINERS = (list, tuple, set, frozenset)
+_CONTAINERS = (dict, list, tuple, set, frozenset)
 #: ``\u0000`` in JSON text, not preceded by an escaped backslash.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'[]{}"')))
+_ONE_BRACKET = bytes.maketrans(b"{}", b"[]")
 _SHOWN = 80
 
 
@@ -69,7 +71,8 @@ def check_argument_depth(
     PayloadError
         Naming the argument and the limit.
     """
-    if content_type == _JSON_CONTENT_TYPE and _brackets(payload) <= MAX_ARGUMENT_DEPTH:
+    # The body wraps each argument in two levels: [[args...], {kwargs...}, {embed}].
+    if content_type == _JSON_CONTENT_TYPE and _json_depth_at_most(payload, MAX_ARGUMENT_DEPTH + 2):
         return
     for name, value in _arguments(args, kwargs):
         if _deeper_than(value, MAX_ARGUMENT_DEPTH):
@@ -110,8 +113,20 @@ def check_message(message: NewMessage, *, max_bytes: int | None) -> None:
         )
 
 
-def _brackets(payload: str) -> int:
-    return payload.count("[") + payload.count("{")
+def _json_depth_at_most(text: str, limit: int) -> bool:
+    """Whether the JSON document ``text`` nests at most ``limit`` arrays and objects deep."""
+    if text.count("[") + text.count("{") <= limit:
+        return True
+    # Drop escapes, then everything but brackets and quotes, then what lay between quotes:
+    # the brackets left are the document's structure.
+    raw = text.encode("utf-8").replace(b"\\\\", b"").replace(b'\\"', b"")
+    kept = raw.translate(_ONE_BRACKET, _NOT_STRUCTURE).split(b'"')[::2]
+    brackets = b"".join(kept)
+    for _ in range(limit):  # each pass removes the innermost level everywhere
+        brackets = brackets.replace(b"[]", b"")
+        if not brackets:
+            return True
+    return False
 
 
 def _arguments(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
@@ -122,20 +137,17 @@ def _arguments(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Iterator[tuple
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
-    # Iterative, depth first: a deep (or self-containing) value stops at limit + 1.
-    stack = [(value, 0)]
-    while stack:
-        current, depth = stack.pop()
-        if isinstance(current, Mapping):
-            children: Any = current.values()
-        elif isinstance(current, _CONTAINERS):
-            children = current
-        else:
-            continue
-        if depth >= limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
+    # Level by level, without recursion. A container met again (shared, or a cycle
+    # under pickle) is not walked twice: pickle writes it once too.
+    level: list[Any] = [value]
+    seen: set[int] = set()
+    for _ in range(limit + 1):
+        containers = [v for v in level if isinstance(v, _CONTAINERS) and id(v) not in seen]
+        if not containers:
+            return False
+        seen.update(map(id, containers))
+        level = [c for v in containers for c in (v.values() if isinstance(v, dict) else v)]
+    return True
 
 
 def _check_identifier(task_name: str, what: str, value: str, max_length: int) -> None:
@@ -186,7 +198,7 @@ def _json_size(value: Any) -> tuple[int, str | None]:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:
         return 0, str(exc)
-    if _JSON_NUL.search(text):
+    if "\\u0000" in text and _JSON_NUL.search(text):
         return 0, "it contains a NUL character"
     try:
         return len(text.encode("utf-8")), None
