@@ -133,3 +133,27 @@ def test_negative_countdown_means_now(app: Celery) -> None:
     task = app.task(base=OutboxTask, name="env.t")(noop)
     now = dt.datetime.now(dt.timezone.utc)
     assert build(task, countdown=-5, now=now).available_at == now  # type: ignore[attr-defined]
+
+
+def _nested(depth: int) -> object:
+    value: object = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_depth_limit_counts_structure_not_brackets_in_strings(app: Celery) -> None:
+    task = app.task(base=OutboxTask, name="env.t")(noop)
+    build(task, "[" * 5000, {"]]": '\\"[[' * 500}, [list(range(3))] * 1000, _nested(100))
+    with pytest.raises(PayloadError, match=r"argument 1 \(positional\).*MAX_ARGUMENT_DEPTH=100"):
+        build(task, "[" * 5000, ({"k": _nested(100)},))
+
+
+def test_depth_limit_applies_to_binary_serializers(app: Celery) -> None:
+    app.conf.accept_content = ["json", "pickle"]
+    task = app.task(base=OutboxTask, name="env.t", serializer="pickle")(noop)
+    cycle: list[object] = []
+    cycle.append(cycle)
+    build(task, cycle, _nested(100))  # pickle writes a cycle once: no deeper than itself
+    with pytest.raises(PayloadError, match=r"argument 0 \(positional\).*MAX_ARGUMENT_DEPTH=100"):
+        build(task, _nested(101))
