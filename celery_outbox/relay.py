@@ -19,6 +19,7 @@ from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import decode_body, publish_body
+from celery_outbox.exceptions import PayloadError
 from celery_outbox.records import Claim, NewMessage, StoredMessage
 from celery_outbox.signals import message_published
 from celery_outbox.storage import OutboxStore
@@ -112,20 +113,28 @@ class Relay:
             _log_after_commit_failure(len(messages))
             return PublishReport()
 
-    def publish_ids(self, ids: Sequence[int], *, using: str | None = None) -> PublishReport:
-        """Claim the rows ``ids`` and publish them (publish-now). Never raises."""
+    def publish_ids(
+        self, ids: Sequence[int], *, using: str | None = None, validate: bool = True
+    ) -> PublishReport:
+        """Claim the rows ``ids`` and publish them (publish-now). Never raises.
+
+        Rows are validated as the sweeper validates them (see :meth:`publish_claim`):
+        a row of an unregistered task or with a refused payload becomes ``failed``.
+        """
         try:
-            return self._claim_and_publish(ids, using=using)
+            return self._claim_and_publish(ids, using=using, validate=validate)
         except Exception:  # noqa: BLE001 - logged: an on-commit callback never raises
             _log_after_commit_failure(len(ids))
             return PublishReport()
 
-    def _claim_and_publish(self, ids: Sequence[int], *, using: str | None) -> PublishReport:
+    def _claim_and_publish(
+        self, ids: Sequence[int], *, using: str | None, validate: bool = False
+    ) -> PublishReport:
         now = self.clock()
         claim = self.store.claim(
             ids, now=now, lease_until=now + self.config.claim_lease, using=using
         )
-        return self.publish_claim(claim, using=using)
+        return self.publish_claim(claim, using=using, validate=validate)
 
     def publish_claim(
         self, claim: Claim, *, using: str | None = None, validate: bool = False
@@ -247,7 +256,14 @@ class Relay:
         if message.task_name not in self.app.tasks:
             raise _Unpublishable(f"task {message.task_name!r} is not registered with this app")
         try:
-            decode_body(message.payload, message.options)
+            decode_body(
+                message.payload,
+                message.options,
+                accept=self.app.conf.accept_content,
+                max_bytes=self.config.max_payload_bytes,
+            )
+        except PayloadError as exc:
+            raise _Unpublishable(f"payload refused: {exc}") from exc
         except Exception as exc:
             raise _Unpublishable(f"payload cannot be decoded: {_describe(exc)}") from exc
 

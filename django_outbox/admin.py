@@ -33,6 +33,10 @@ SHORT_TEXT = 80
 #: Content types whose payload the admin decodes for display (never pickle).
 DECODABLE_CONTENT_TYPES = frozenset({"application/json"})
 
+#: Largest inflated payload the admin decodes for display (a compressed row beyond it is
+#: shown undecoded rather than inflated in the web process).
+MAX_DECODED_BYTES = 16 * 1024 * 1024
+
 
 def pretty_json(value: Any) -> SafeString:
     """``value`` as indented JSON in an escaped ``<pre>``."""
@@ -61,7 +65,9 @@ def decoded_payload(row: OutboxMessage) -> Any:
     if options.get("content_type") not in DECODABLE_CONTENT_TYPES:
         return None
     try:
-        return decode_body(row.payload, options)
+        return decode_body(
+            row.payload, options, accept=DECODABLE_CONTENT_TYPES, max_bytes=MAX_DECODED_BYTES
+        )
     except (ValueError, TypeError, KeyError):
         return None
 
