@@ -17,6 +17,7 @@ DEFAULTS: Mapping[str, Any] = {
     "outbox_store": None,
     "outbox_sweep_interval": 5.0,
     "outbox_sweep_batch_size": 500,
+    "outbox_sweep_batch_bytes": 16 * 1024 * 1024,
     "outbox_publish_grace": 10.0,
     "outbox_claim_lease": 60.0,
     "outbox_publish_max_attempts": 20,
@@ -49,6 +50,20 @@ def _flag(name: str, value: Any) -> bool:
     return value
 
 
+#: Accepted range of ``outbox_sweep_batch_bytes``: 64 KiB to 4 GiB.
+BATCH_BYTES_RANGE = (64 * 1024, 4 * 1024**3)
+
+
+def _batch_bytes(name: str, value: Any) -> int:
+    low, high = BATCH_BYTES_RANGE
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise OutboxConfigError(
+            f"{name}={value!r} is not accepted: give an integer number of bytes from "
+            f"{low} (64 KiB) to {high} (4 GiB)."
+        )
+    return value
+
+
 def _optional_bytes(name: str, value: Any) -> int | None:
     return None if value is None else _positive_int(name, value)
 
@@ -66,6 +81,7 @@ _PARSERS: Mapping[str, Callable[[str, Any], Any]] = {
     "outbox_store": _optional_path,
     "outbox_sweep_interval": _duration,
     "outbox_sweep_batch_size": _positive_int,
+    "outbox_sweep_batch_bytes": _batch_bytes,
     "outbox_publish_grace": lambda n, v: _duration(n, v, allow_zero=True),
     "outbox_claim_lease": _duration,
     "outbox_publish_max_attempts": _positive_int,
@@ -89,6 +105,9 @@ class OutboxConfig:
     store: str | None
     sweep_interval: timedelta
     sweep_batch_size: int
+    #: Payload bytes one claim may hold: a batch stops at the row that reaches it
+    #: (always at least one row), so memory is bounded by bytes, not only by rows.
+    sweep_batch_bytes: int
     publish_grace: timedelta
     claim_lease: timedelta
     publish_max_attempts: int

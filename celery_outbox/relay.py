@@ -130,11 +130,25 @@ class Relay:
     def _claim_and_publish(
         self, ids: Sequence[int], *, using: str | None, validate: bool = False
     ) -> PublishReport:
-        now = self.clock()
-        claim = self.store.claim(
-            ids, now=now, lease_until=now + self.config.claim_lease, using=using
-        )
-        return self.publish_claim(claim, using=using, validate=validate)
+        # Claim by at most outbox_sweep_batch_bytes of payload at a time, so a long list
+        # of large rows is never held in memory at once; each claim takes at least one row.
+        report, left = PublishReport(), list(ids)
+        while left:
+            now = self.clock()
+            claim = self.store.claim(
+                left,
+                now=now,
+                lease_until=now + self.config.claim_lease,
+                max_bytes=self.config.sweep_batch_bytes,
+                using=using,
+            )
+            if not claim.messages:
+                break
+            report = _merged(report, self.publish_claim(claim, using=using, validate=validate))
+            taken = {m.id for m in claim.messages}
+            left = [i for i in left if i not in taken]
+            del claim  # before the next claim loads its rows
+        return report
 
     def publish_claim(
         self, claim: Claim, *, using: str | None = None, validate: bool = False

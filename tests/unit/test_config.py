@@ -16,6 +16,7 @@ def test_defaults_match_design() -> None:
     config = OutboxConfig.from_mapping({})
     assert config.sweep_interval == timedelta(seconds=5)
     assert config.sweep_batch_size == 500
+    assert config.sweep_batch_bytes == 16 * 1024 * 1024
     assert config.publish_grace == timedelta(seconds=10)
     assert config.claim_lease == timedelta(seconds=60)
     assert config.publish_max_attempts == 20
@@ -53,6 +54,9 @@ def test_none_payload_limit_means_no_limit() -> None:
         ("outbox_sweep_batch_size", 0, "positive integer"),
         ("outbox_sweep_batch_size", 2.5, "positive integer"),
         ("outbox_max_deliveries", True, "positive integer"),
+        ("outbox_sweep_batch_bytes", 0, "from 65536 (64 KiB) to 4294967296 (4 GiB)"),
+        ("outbox_sweep_batch_bytes", 2**40, "from 65536 (64 KiB) to 4294967296 (4 GiB)"),
+        ("outbox_sweep_batch_bytes", 1e6, "integer number of bytes"),
         ("outbox_beat_schedule", "yes", "True or False"),
         ("outbox_store", "nodots", "dotted path"),
     ],
