@@ -22,7 +22,7 @@ from celery_outbox.envelope import decode_body, publish_body
 from celery_outbox.exceptions import PayloadError
 from celery_outbox.records import Claim, NewMessage, StoredMessage
 from celery_outbox.signals import message_published
-from celery_outbox.storage import OutboxStore
+from celery_outbox.storage import OutboxStore, within_budget
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class Relay:
         """
         if not claim.messages:
             return PublishReport()
-        published, failed, fatal = self._send(claim.messages, validate=validate)
+        published, failed, fatal = self._send_in_parts(claim.messages, validate=validate)
         if published:
             self.store.mark_published(
                 claim,
@@ -204,6 +204,33 @@ class Relay:
             conn.release()
 
     # -- sending --------------------------------------------------------------------
+    def _send_in_parts(
+        self, messages: Sequence[StoredMessage], *, validate: bool
+    ) -> tuple[list[int], dict[int, str], dict[int, str]]:
+        # A pipelined batch (Redis) holds every encoded body until it is flushed: send
+        # outbox_sweep_batch_bytes of payload at a time, so a transaction of many large
+        # dispatches never holds all of them encoded at once. A part that published
+        # nothing leaves the rest unsent (the broker is unreachable): one wait, not one
+        # per part.
+        published: list[int] = []
+        failed: dict[int, str] = {}
+        fatal: dict[int, str] = {}
+        start = 0
+        while start < len(messages):
+            rest = messages[start:]
+            budget = self.config.sweep_batch_bytes
+            part = rest[: within_budget((len(m.payload) for m in rest), budget)]
+            start += len(part)
+            sent, not_sent, bad = self._send(part, validate=validate)
+            published += sent
+            failed.update(not_sent)
+            fatal.update(bad)
+            if not_sent and not sent:
+                error = next(iter(not_sent.values()))
+                failed.update((m.id, error) for m in messages[start:])
+                break
+        return published, failed, fatal
+
     def _send(
         self, messages: Iterable[StoredMessage], *, validate: bool
     ) -> tuple[list[int], dict[int, str], dict[int, str]]:
