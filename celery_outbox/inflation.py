@@ -33,8 +33,14 @@ def _bz2(data: bytes, limit: int) -> bytes:
     return bz2.BZ2Decompressor().decompress(data, max_length=limit + 1)
 
 
+#: Memory an xz/lzma decoder may use: its dictionary comes from the stream's header (up to
+#: 1.5 GiB); kombu's ``lzma.compress`` (preset 6) needs about 9 MiB, preset 9 about 65 MiB.
+LZMA_MEMLIMIT = 128 * 1024 * 1024
+
+
 def _lzma(data: bytes, limit: int) -> bytes:
-    return lzma.LZMADecompressor().decompress(data, max_length=limit + 1)
+    decoder = lzma.LZMADecompressor(memlimit=LZMA_MEMLIMIT)
+    return decoder.decompress(data, max_length=limit + 1)
 
 
 def _zstd(data: bytes, limit: int) -> bytes:  # pragma: no cover - needs zstandard
