@@ -43,7 +43,7 @@ def store_for(app: Celery) -> OutboxStore:
     if path is not None:
         with _lock:
             if getattr(app, "_outbox_store", None) is None:
-                install_store(app, _load_store(path, app))
+                install_store(app, load_store(path, app))
         return app._outbox_store  # type: ignore[attr-defined,no-any-return]
     if _default_store is None:
         raise NoStoreConfigured()
@@ -60,7 +60,14 @@ def relay_for(app: Celery) -> Relay:
     return relay
 
 
-def _load_store(path: str, app: Celery) -> OutboxStore:
+def load_store(path: str, app: Celery) -> OutboxStore:
+    """The store ``outbox_store=path`` gives for ``app`` (also run by Django's check).
+
+    Raises
+    ------
+    OutboxConfigError
+        When ``path`` cannot be imported or does not give an :class:`OutboxStore`.
+    """
     try:
         factory = symbol_by_name(path)
     except (ImportError, AttributeError, ValueError) as exc:
