@@ -23,7 +23,6 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
-
 from kombu.exceptions import SerializerNotInstalled
 from kombu.serialization import prepare_accept_content
 
@@ -71,7 +70,9 @@ def check_store(**kwargs: Any) -> list[CheckMessage]:
     try:
         load_store(path, current_app)
     except OutboxConfigError as exc:
-        return [Error(str(exc), id="django_outbox.E004", hint=f"Fix {_django_name('outbox_store')}.")]
+        return [
+            Error(str(exc), id="django_outbox.E004", hint=f"Fix {_django_name('outbox_store')}.")
+        ]
     return []
 
 
@@ -106,8 +107,7 @@ def check_task_serializer(**kwargs: Any) -> list[CheckMessage]:
             f"task_serializer={conf.task_serializer!r} ({_django_name('task_serializer')}) "
             f"is not in accept_content={list(accept)!r}: workers refuse what it writes, so "
             f"every outbox dispatch fails. {reason}".rstrip(),
-            hint="Use 'json', or add the serializer to accept_content if you trust "
-            "every producer.",
+            hint="Use 'json', or add the serializer to accept_content if you trust every producer.",
             id="django_outbox.E006",
         )
     ]

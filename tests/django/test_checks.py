@@ -66,7 +66,8 @@ def test_an_outbox_store_that_does_not_import_is_an_error(
 ) -> None:
     celery_app.conf.outbox_store = path
     (message,) = outbox_errors()["django_outbox.E004"]
-    assert f"outbox_store={path!r}" in message and says in message
+    assert f"outbox_store={path!r}" in message
+    assert says in message
 
 
 def test_the_real_stores_pass_the_store_check(celery_app: Celery) -> None:
@@ -87,14 +88,16 @@ def test_a_celery_app_setting_that_does_not_import_is_an_error(
     # Before: the admin's requeue action answered HTTP 500 and nothing warned.
     settings.DJANGO_OUTBOX_CELERY_APP = path
     (message,) = outbox_errors()["django_outbox.E005"]
-    assert f"DJANGO_OUTBOX_CELERY_APP={path!r}" in message and says in message
+    assert f"DJANGO_OUTBOX_CELERY_APP={path!r}" in message
+    assert says in message
 
 
 def test_a_task_serializer_the_workers_refuse_is_an_error(celery_app: Celery) -> None:
     # Before: only the pickle warning W001, although every dispatch then fails.
     celery_app.conf.task_serializer = "pickle"
     (message,) = outbox_errors()["django_outbox.E006"]
-    assert "task_serializer='pickle'" in message and "accept_content=['json']" in message
+    assert "task_serializer='pickle'" in message
+    assert "accept_content=['json']" in message
     celery_app.conf.accept_content = ["json", "pickle"]
     assert checks.check_task_serializer() == []
 
