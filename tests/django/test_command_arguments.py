@@ -62,9 +62,7 @@ def task_ids() -> list[str]:
 
 
 @pytest.mark.parametrize("age", ["-604800", "nan", "inf", "-inf", "1e300", "week"])
-def test_purge_refuses_an_age_it_cannot_mean_and_deletes_nothing(
-    rows: list[str], age: str
-) -> None:
+def test_purge_refuses_an_age_it_cannot_mean_and_deletes_nothing(rows: list[str], age: str) -> None:
     # Before: max(-604800, 0) == 0, so every published and failed row was deleted.
     with pytest.raises(CommandError) as caught:
         outbox("purge", f"--older-than={age}")

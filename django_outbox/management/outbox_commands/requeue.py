@@ -174,5 +174,6 @@ def write_result(command: BaseCommand, result: RequeueResult, alias: str) -> Non
     for pk, task_id in result.requeued.items():
         command.stdout.write(f"requeued #{pk} as task {task_id}")
     command.stdout.write(
-        f"{alias}: requeued {len(result.requeued)} dead letter(s), {len(result.failed)} failed"
+        f"{alias}: requeued {len(result.requeued)} dead letter(s), {len(result.failed)} failed, "
+        f"{result.skipped} skipped (discarded or requeued meanwhile)"
     )
