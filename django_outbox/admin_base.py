@@ -29,10 +29,12 @@ class SlimChangeList(ChangeList):
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
         """The admin's changelist queryset without the large columns."""
-        queryset = super().get_queryset(request, exclude_parameters)
-        admin_: ReadOnlyAdmin = self.model_admin
-        heads = {name: Left(column, HEAD_CHARS) for name, column in admin_.list_heads.items()}
-        return queryset.defer(*admin_.list_deferred).annotate(**heads)
+        queryset: QuerySet[Any] = super().get_queryset(request, exclude_parameters)
+        deferred: tuple[str, ...] = getattr(self.model_admin, "list_deferred", ())
+        heads: Mapping[str, str] = getattr(self.model_admin, "list_heads", {})
+        loaded = {name: Left(column, HEAD_CHARS) for name, column in heads.items()}
+        slim: QuerySet[Any] = queryset.defer(*deferred).annotate(**loaded)
+        return slim
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

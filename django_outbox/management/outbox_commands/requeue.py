@@ -124,7 +124,7 @@ def check_by(by: str) -> None:
     """
     from django_outbox.models import DeadLetter
 
-    longest = DeadLetter._meta.get_field("requeued_by").max_length
+    longest: int | None = getattr(DeadLetter._meta.get_field("requeued_by"), "max_length", None)
     if longest is not None and len(by) > longest:
         raise CommandError(
             f"outbox requeue: --by {by!r} is not accepted: give at most {longest} "
