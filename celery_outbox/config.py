@@ -37,7 +37,7 @@ DEFAULTS: Mapping[str, Any] = {
 #: setting gets its rule here, beside its default; e.g. ``outbox_sweep_batch_bytes``
 #: (bytes) would be a ``Count(minimum=..., maximum=..., unit="bytes")``.
 RULES: Mapping[str, Rule] = {
-    "outbox_store": DottedPath(example="celery_outbox.sqlalchemy.SQLAlchemyOutboxStore"),
+    "outbox_store": DottedPath(example="proj.outbox.make_store"),
     # Below 0.1 s beat would send sweeps faster than one can run.
     "outbox_sweep_interval": Seconds(minimum=0.1, maximum=DAY),
     "outbox_sweep_batch_size": Count(minimum=1, maximum=10_000, unit="rows"),

@@ -66,7 +66,8 @@ def load_store(path: str, app: Celery) -> OutboxStore:
     Raises
     ------
     OutboxConfigError
-        When ``path`` cannot be imported or does not give an :class:`OutboxStore`.
+        When ``path`` cannot be imported, cannot be called as documented, or does not
+        give an :class:`OutboxStore`.
     """
     try:
         factory = symbol_by_name(path)
@@ -75,7 +76,13 @@ def load_store(path: str, app: Celery) -> OutboxStore:
             f"outbox_store={path!r} cannot be imported: {exc}. Give the dotted path of an "
             "OutboxStore subclass, or of a callable taking the Celery app and returning one."
         ) from exc
-    store = factory.from_celery(app) if hasattr(factory, "from_celery") else factory()
+    try:
+        store = factory.from_celery(app) if hasattr(factory, "from_celery") else factory()
+    except (TypeError, ValueError) as exc:
+        raise OutboxConfigError(
+            f"outbox_store={path!r} could not be built ({exc}): give a class with a "
+            "from_celery(app) classmethod or no required argument, or a factory function."
+        ) from exc
     if not isinstance(store, OutboxStore):
         raise OutboxConfigError(
             f"outbox_store={path!r} gave {type(store).__name__}, not an OutboxStore."

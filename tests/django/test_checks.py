@@ -59,6 +59,7 @@ def test_manage_py_check_reports_every_bad_setting_with_its_range(celery_app: Ce
     [
         ("nowhere_at_all.Store", "cannot be imported"),
         ("collections.OrderedDict", "not an OutboxStore"),
+        ("celery_outbox.sqlalchemy.SQLAlchemyOutboxStore", "could not be built"),
     ],
 )
 def test_an_outbox_store_that_does_not_import_is_an_error(
