@@ -16,11 +16,12 @@ from typing import Any, cast
 
 from celery import Celery, Task
 from kombu import Connection
-from kombu.compression import compress, decompress, encoders
+from kombu.compression import compress
 from kombu.exceptions import EncodeError
 from kombu.serialization import dumps, loads, prepare_accept_content
 
 from celery_outbox.exceptions import PayloadError
+from celery_outbox.inflation import check_compression, inflate
 from celery_outbox.limits import check_argument_depth, check_message, with_storable_reprs
 from celery_outbox.records import NewMessage
 from celery_outbox.schedule import as_datetime, check_schedule
@@ -115,7 +116,8 @@ def serialise_body(
         )
     content: dict[str, Any] = {"content_type": content_type, "content_encoding": content_encoding}
     if compression:
-        raw, content["compression"] = _compress(task_name, raw, compression)
+        check_compression(task_name, compression)
+        raw, content["compression"] = compress(raw, compression)
     if compression or content_encoding == "binary":
         content["body_encoding"] = BODY_ENCODING_BASE64
         return base64.b64encode(raw).decode("ascii"), content
@@ -186,16 +188,6 @@ def build_message(
     return message
 
 
-def _compress(task_name: str, raw: bytes, compression: str) -> tuple[bytes, str]:
-    try:
-        return compress(raw, compression)
-    except KeyError:
-        raise PayloadError(
-            f"Cannot dispatch task {task_name!r} with compression={compression!r}: no such "
-            f"codec. Accepted: {sorted(encoders())}, or a short name of one such as 'gzip'."
-        ) from None
-
-
 _NOT_PROPERTIES = frozenset(
     {
         "exchange",
@@ -245,11 +237,42 @@ def publish_body(payload: str, options: Mapping[str, Any]) -> bytes:
     return payload.encode(options.get("content_encoding") or "utf-8")
 
 
-def decode_body(payload: str, options: Mapping[str, Any]) -> Any:
-    """Decode a stored payload back into the Celery message body ``(args, kwargs, embed)``."""
+def decode_body(
+    payload: str,
+    options: Mapping[str, Any],
+    *,
+    accept: Collection[str] | None,
+    max_bytes: int | None,
+) -> Any:
+    """Decode a stored payload back into the Celery message body ``(args, kwargs, embed)``.
+
+    A row's content type and compression are whatever was written to the table, so
+    neither is trusted: a content type outside ``accept`` is refused before anything
+    is decoded (a pickle row is never unpickled by a JSON-only app), and a compressed
+    body is inflated to at most ``max_bytes``.
+
+    Parameters
+    ----------
+    accept
+        Serializer names or content types accepted (Celery's ``accept_content``);
+        ``None`` accepts Celery's default, JSON only.
+    max_bytes
+        Largest inflated body (``outbox_max_payload_bytes``); ``None`` for no limit.
+
+    Raises
+    ------
+    PayloadError
+        When the content type is not accepted, or the body is compressed with a codec
+        that cannot be inflated in bounded steps or inflates beyond ``max_bytes``.
+    """
+    content_type = options.get("content_type")
+    accepted = prepare_accept_content(accept or ["json"]) or set()
+    if content_type not in accepted:
+        raise PayloadError(
+            f"content type {content_type!r} is not accepted (accept_content="
+            f"{sorted(accepted)}); the body was not decoded."
+        )
     raw = publish_body(payload, options)
     if "compression" in options:
-        raw = decompress(raw, options["compression"])
-    return loads(
-        raw, options["content_type"], options["content_encoding"], accept=[options["content_type"]]
-    )
+        raw = inflate(raw, options["compression"], max_bytes=max_bytes)
+    return loads(raw, content_type, options["content_encoding"], accept=accepted)

@@ -19,9 +19,10 @@ from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import decode_body, publish_body
+from celery_outbox.exceptions import PayloadError
 from celery_outbox.records import Claim, NewMessage, StoredMessage
 from celery_outbox.signals import message_published
-from celery_outbox.storage import OutboxStore
+from celery_outbox.storage import OutboxStore, within_budget
 
 logger = logging.getLogger(__name__)
 
@@ -112,20 +113,42 @@ class Relay:
             _log_after_commit_failure(len(messages))
             return PublishReport()
 
-    def publish_ids(self, ids: Sequence[int], *, using: str | None = None) -> PublishReport:
-        """Claim the rows ``ids`` and publish them (publish-now). Never raises."""
+    def publish_ids(
+        self, ids: Sequence[int], *, using: str | None = None, validate: bool = True
+    ) -> PublishReport:
+        """Claim the rows ``ids`` and publish them (publish-now). Never raises.
+
+        Rows are validated as the sweeper validates them (see :meth:`publish_claim`):
+        a row of an unregistered task or with a refused payload becomes ``failed``.
+        """
         try:
-            return self._claim_and_publish(ids, using=using)
+            return self._claim_and_publish(ids, using=using, validate=validate)
         except Exception:  # noqa: BLE001 - logged: an on-commit callback never raises
             _log_after_commit_failure(len(ids))
             return PublishReport()
 
-    def _claim_and_publish(self, ids: Sequence[int], *, using: str | None) -> PublishReport:
-        now = self.clock()
-        claim = self.store.claim(
-            ids, now=now, lease_until=now + self.config.claim_lease, using=using
-        )
-        return self.publish_claim(claim, using=using)
+    def _claim_and_publish(
+        self, ids: Sequence[int], *, using: str | None, validate: bool = False
+    ) -> PublishReport:
+        # Claim by at most outbox_sweep_batch_bytes of payload at a time, so a long list
+        # of large rows is never held in memory at once; each claim takes at least one row.
+        report, left = PublishReport(), list(ids)
+        while left:
+            now = self.clock()
+            claim = self.store.claim(
+                left,
+                now=now,
+                lease_until=now + self.config.claim_lease,
+                max_bytes=self.config.sweep_batch_bytes,
+                using=using,
+            )
+            if not claim.messages:
+                break
+            report = _merged(report, self.publish_claim(claim, using=using, validate=validate))
+            taken = {m.id for m in claim.messages}
+            left = [i for i in left if i not in taken]
+            del claim  # before the next claim loads its rows
+        return report
 
     def publish_claim(
         self, claim: Claim, *, using: str | None = None, validate: bool = False
@@ -137,7 +160,7 @@ class Relay:
         """
         if not claim.messages:
             return PublishReport()
-        published, failed, fatal = self._send(claim.messages, validate=validate)
+        published, failed, fatal = self._send_in_parts(claim.messages, validate=validate)
         if published:
             self.store.mark_published(
                 claim,
@@ -181,6 +204,33 @@ class Relay:
             conn.release()
 
     # -- sending --------------------------------------------------------------------
+    def _send_in_parts(
+        self, messages: Sequence[StoredMessage], *, validate: bool
+    ) -> tuple[list[int], dict[int, str], dict[int, str]]:
+        # A pipelined batch (Redis) holds every encoded body until it is flushed: send
+        # outbox_sweep_batch_bytes of payload at a time, so a transaction of many large
+        # dispatches never holds all of them encoded at once. A part that published
+        # nothing leaves the rest unsent (the broker is unreachable): one wait, not one
+        # per part.
+        published: list[int] = []
+        failed: dict[int, str] = {}
+        fatal: dict[int, str] = {}
+        start = 0
+        while start < len(messages):
+            rest = messages[start:]
+            budget = self.config.sweep_batch_bytes
+            part = rest[: within_budget((len(m.payload) for m in rest), budget)]
+            start += len(part)
+            sent, not_sent, bad = self._send(part, validate=validate)
+            published += sent
+            failed.update(not_sent)
+            fatal.update(bad)
+            if not_sent and not sent:
+                error = next(iter(not_sent.values()))
+                failed.update((m.id, error) for m in messages[start:])
+                break
+        return published, failed, fatal
+
     def _send(
         self, messages: Iterable[StoredMessage], *, validate: bool
     ) -> tuple[list[int], dict[int, str], dict[int, str]]:
@@ -247,7 +297,14 @@ class Relay:
         if message.task_name not in self.app.tasks:
             raise _Unpublishable(f"task {message.task_name!r} is not registered with this app")
         try:
-            decode_body(message.payload, message.options)
+            decode_body(
+                message.payload,
+                message.options,
+                accept=self.app.conf.accept_content,
+                max_bytes=self.config.max_payload_bytes,
+            )
+        except PayloadError as exc:
+            raise _Unpublishable(f"payload refused: {exc}") from exc
         except Exception as exc:
             raise _Unpublishable(f"payload cannot be decoded: {_describe(exc)}") from exc
 

@@ -26,6 +26,21 @@ from celery_outbox.records import (
 PublishCallback = Callable[[Sequence[StoredMessage]], object]
 
 
+def within_budget(sizes: Iterable[int], max_bytes: int | None) -> int:
+    """How many of the leading rows of sizes ``sizes`` one claim of ``max_bytes`` takes.
+
+    A row is taken while the rows before it hold fewer than ``max_bytes`` bytes, so a
+    claim is never empty because of the budget and exceeds it by at most one row.
+    Stores that cannot cut in SQL cut with this, on the sizes the database counted.
+    """
+    taken = held = 0
+    for size in sizes:
+        if max_bytes is not None and taken and held >= max_bytes:
+            break
+        taken, held = taken + 1, held + size
+    return taken
+
+
 class OutboxStore(abc.ABC):
     """Where outbox rows and dead letters live.
 
@@ -87,11 +102,14 @@ class OutboxStore(abc.ABC):
         *,
         now: datetime,
         lease_until: datetime,
+        max_bytes: int | None = None,
         using: str | None = None,
     ) -> Claim:
         """Lease those of ``ids`` that are pending, due and not leased by anyone else.
 
-        A bounded number of statements whatever ``len(ids)``.
+        Oldest due first; with ``max_bytes``, the claim stops at the row whose payload
+        brings it to ``max_bytes`` (see :func:`within_budget`): the others stay for the
+        next claim. A bounded number of statements whatever ``len(ids)``.
         """
 
     @abc.abstractmethod
@@ -102,11 +120,16 @@ class OutboxStore(abc.ABC):
         created_before: datetime,
         limit: int,
         lease_until: datetime,
+        max_bytes: int | None = None,
         using: str | None = None,
     ) -> Claim:
         """Lease up to ``limit`` pending rows due at ``now`` and created before
         ``created_before`` (younger rows may belong to their on-commit publisher), or
         parked: due later than they were created (no on-commit publisher has them).
+
+        Oldest due first, and, with ``max_bytes``, no row after the one whose payload
+        brings the claim to ``max_bytes`` (always at least one row): a batch of large
+        rows is short instead of holding ``limit`` of them in memory.
 
         Concurrent callers get disjoint rows (``SKIP LOCKED`` where the database has it).
         """

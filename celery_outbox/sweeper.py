@@ -87,8 +87,8 @@ class Sweeper:
     relay
         Publishes a claim through one broker connection per thread.
     config
-        ``sweep_batch_size``, ``publish_grace``, ``claim_lease`` and
-        ``publish_max_attempts`` are used.
+        ``sweep_batch_size``, ``sweep_batch_bytes``, ``publish_grace``, ``claim_lease``
+        and ``publish_max_attempts`` are used.
     clock
         The current aware UTC time.
     budget
@@ -112,8 +112,11 @@ class Sweeper:
     def sweep(self, using: str | None = None) -> SweepReport:
         """Publish the due rows of database ``using``, batch after batch.
 
-        Stops after a short batch (nothing more is due), when the time budget is spent,
-        or when a batch published nothing because the broker is unreachable.
+        Each batch holds at most ``outbox_sweep_batch_size`` rows and stops at the row
+        that brings it to ``outbox_sweep_batch_bytes`` of payload, so memory is bounded
+        however large the rows. Stops after a short batch (nothing more is due), when the
+        time budget is spent, or when a batch published nothing because the broker is
+        unreachable.
 
         Raises
         ------
@@ -128,7 +131,7 @@ class Sweeper:
                 return report
             batch = self._publish(claim, using)
             report += batch
-            if len(claim.messages) < self.config.sweep_batch_size or _broker_down(batch):
+            if not self._full(claim) or _broker_down(batch):
                 return report
             if self.clock() >= deadline:
                 return report + SweepReport(more=True)
@@ -164,8 +167,16 @@ class Sweeper:
             created_before=now - self.config.publish_grace,
             limit=self.config.sweep_batch_size,
             lease_until=now + self.config.claim_lease,
+            max_bytes=self.config.sweep_batch_bytes,
             using=using,
         )
+
+    def _full(self, claim: Claim) -> bool:
+        """Whether the claim stopped at a limit (rows or bytes): more may be due."""
+        config = self.config
+        if len(claim.messages) >= config.sweep_batch_size:
+            return True
+        return sum(len(m.payload) for m in claim.messages) >= config.sweep_batch_bytes
 
     def _publish(self, claim: Claim, using: str | None) -> SweepReport:
         outcome = self.relay.publish_claim(claim, using=using, validate=True)

@@ -25,7 +25,7 @@ from celery_outbox.records import (
     StoredDeadLetter,
     StoredMessage,
 )
-from celery_outbox.storage import OutboxStore, PublishCallback
+from celery_outbox.storage import OutboxStore, PublishCallback, within_budget
 
 
 @dataclass
@@ -117,10 +117,22 @@ class InMemoryOutboxStore(OutboxStore):
 
     # -- publishing and sweeping ----------------------------------------------------------
     def claim(
-        self, ids: Iterable[int], *, now: datetime, lease_until: datetime, using: str | None = None
+        self,
+        ids: Iterable[int],
+        *,
+        now: datetime,
+        lease_until: datetime,
+        max_bytes: int | None = None,
+        using: str | None = None,
     ) -> Claim:
         wanted = set(ids)
-        return self._claim(lambda r: r.id in wanted, now=now, limit=None, lease_until=lease_until)
+        return self._claim(
+            lambda r: r.id in wanted,
+            now=now,
+            limit=None,
+            lease_until=lease_until,
+            max_bytes=max_bytes,
+        )
 
     def claim_due(
         self,
@@ -129,6 +141,7 @@ class InMemoryOutboxStore(OutboxStore):
         created_before: datetime,
         limit: int,
         lease_until: datetime,
+        max_bytes: int | None = None,
         using: str | None = None,
     ) -> Claim:
         return self._claim(
@@ -139,6 +152,7 @@ class InMemoryOutboxStore(OutboxStore):
             now=now,
             limit=limit,
             lease_until=lease_until,
+            max_bytes=max_bytes,
         )
 
     def _claim(
@@ -148,12 +162,14 @@ class InMemoryOutboxStore(OutboxStore):
         now: datetime,
         limit: int | None,
         lease_until: datetime,
+        max_bytes: int | None,
     ) -> Claim:
         with self._lock:
             due = sorted(
                 (r for r in self.rows.values() if _claimable(r, now) and keep(r)),
                 key=lambda r: (r.available_at, r.id),
             )[:limit]
+            due = due[: within_budget((len(r.payload) for r in due), max_bytes)]
             claimed = tuple(replace(r, locked_until=lease_until) for r in due)
             self.rows.update((r.id, r) for r in claimed)
             return Claim(messages=claimed, lease_until=lease_until)

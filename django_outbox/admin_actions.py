@@ -138,8 +138,10 @@ def publish_messages_now(
 ) -> int:
     """Make the ``pending`` rows of ``rows`` due now and publish them after commit.
 
-    Returns how many rows were made due. The publish itself never raises (a broker
-    that is down leaves the rows to the sweeper).
+    Each row is validated as the sweeper validates it: a row naming a task the app
+    does not know, or whose payload the app does not accept, becomes ``failed`` with
+    the reason instead of being published. Returns how many rows were made due. The
+    publish itself never raises (a broker that is down leaves the rows to the sweeper).
     """
     app = app or outbox_app()
     store, alias = store_for(app), rows.db

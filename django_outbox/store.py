@@ -111,7 +111,13 @@ class DjangoOutboxStore(OutboxStore):
 
     # -- publishing and sweeping ----------------------------------------------------------
     def claim(
-        self, ids: Iterable[int], *, now: datetime, lease_until: datetime, using: str | None = None
+        self,
+        ids: Iterable[int],
+        *,
+        now: datetime,
+        lease_until: datetime,
+        max_bytes: int | None = None,
+        using: str | None = None,
     ) -> Claim:
         """Lease those of ``ids`` that are pending, due and unleased: two statements."""
         alias, ids = _alias(using), list(ids)
@@ -119,11 +125,12 @@ class DjangoOutboxStore(OutboxStore):
             return Claim(messages=(), lease_until=lease_until)
         if _one_statement_claims(alias):
             with _store_errors("claim outbox rows"):
-                rows = claims.claim_ids(ids, now=now, lease_until=lease_until, alias=alias)
+                rows = claims.claim_ids(
+                    ids, now=now, lease_until=lease_until, max_bytes=max_bytes, alias=alias
+                )
             return _claim_of(rows, lease_until)
-        return self._lease(
-            _messages(alias).with_ids(ids).due(now), None, lease_until=lease_until, alias=alias
-        )
+        candidates = _messages(alias).with_ids(ids).due(now)
+        return self._lease(candidates, None, max_bytes, lease_until=lease_until, alias=alias)
 
     def claim_due(
         self,
@@ -132,9 +139,10 @@ class DjangoOutboxStore(OutboxStore):
         created_before: datetime,
         limit: int,
         lease_until: datetime,
+        max_bytes: int | None = None,
         using: str | None = None,
     ) -> Claim:
-        """Lease up to ``limit`` due rows, skipping rows other sweepers locked."""
+        """Lease up to ``limit`` due rows within ``max_bytes``, skipping locked rows."""
         alias = _alias(using)
         _refresh_connection(alias)
         if _one_statement_claims(alias):
@@ -144,23 +152,27 @@ class DjangoOutboxStore(OutboxStore):
                     created_before=created_before,
                     limit=limit,
                     lease_until=lease_until,
+                    max_bytes=max_bytes,
                     alias=alias,
                 )
             return _claim_of(rows, lease_until)
-        return self._lease(
-            _messages(alias).due(now, created_before), limit, lease_until=lease_until, alias=alias
-        )
+        candidates = _messages(alias).due(now, created_before)
+        return self._lease(candidates, limit, max_bytes, lease_until=lease_until, alias=alias)
 
     def _lease(
-        self, rows: OutboxMessageQuerySet, limit: int | None, *, lease_until: datetime, alias: str
+        self,
+        rows: OutboxMessageQuerySet,
+        limit: int | None,
+        max_bytes: int | None,
+        *,
+        lease_until: datetime,
+        alias: str,
     ) -> Claim:
         with _store_errors("claim outbox rows"), transaction.atomic(using=alias):
-            locked = locking(rows, skip_locked=True)
-            claimed = list(locked[:limit] if limit is not None else locked)
+            ids = claims.lock_within_budget(rows, limit, max_bytes)
+            claimed = list(_messages(alias).with_ids(ids).order_by("available_at", "id"))
             if claimed:
-                _messages(alias).with_ids(row.id for row in claimed).update(
-                    locked_until=lease_until
-                )
+                _messages(alias).with_ids(ids).update(locked_until=lease_until)
         return Claim(
             messages=tuple(
                 conversions.stored_message(row, locked_until=lease_until) for row in claimed

@@ -18,7 +18,6 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     CursorResult,
-    Select,
     Table,
     and_,
     case,
@@ -108,30 +107,6 @@ def past_grace(table: Table, created_before: datetime) -> ColumnElement[bool]:
     on-commit publisher may still hold."""
     c = table.c
     return or_(c.created_at <= created_before, c.available_at > c.created_at)
-
-
-def lease(
-    conn: Connection, table: Table, candidates: Select[Any], *, lease_until: datetime
-) -> list[StoredMessage]:
-    """Lease the rows ``candidates`` selects (it locks them where it can); return them."""
-    c = table.c
-    if conn.dialect.update_returning:
-        chosen = candidates.with_only_columns(c.id).cte("celery_outbox_claim")
-        stmt = (
-            update(table)
-            .where(c.id.in_(select(chosen.c.id)))
-            .values(locked_until=lease_until)
-            .returning(*c)
-        )
-        rows = conn.execute(stmt).mappings().all()
-        messages = [to_message(row) for row in rows]
-    else:
-        rows = conn.execute(candidates).mappings().all()
-        ids = [row["id"] for row in rows]
-        if ids:
-            conn.execute(update(table).where(c.id.in_(ids)).values(locked_until=lease_until))
-        messages = [to_message({**row, "locked_until": lease_until}) for row in rows]
-    return sorted(messages, key=lambda m: (m.available_at, m.id))
 
 
 def fenced(table: Table, ids: Sequence[int], leases: Iterable[datetime]) -> ColumnElement[bool]:

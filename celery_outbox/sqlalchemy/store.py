@@ -20,7 +20,7 @@ from celery_outbox.records import (
     StoredDeadLetter,
     StoredMessage,
 )
-from celery_outbox.sqlalchemy import letters, transactions
+from celery_outbox.sqlalchemy import claims, letters, transactions
 from celery_outbox.sqlalchemy import statements as sql
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
 from celery_outbox.sqlalchemy.tables import (
@@ -149,16 +149,23 @@ class SQLAlchemyOutboxStore(OutboxStore):
 
     # -- publishing and sweeping ----------------------------------------------------
     def claim(
-        self, ids: Iterable[int], *, now: datetime, lease_until: datetime, using: str | None = None
+        self,
+        ids: Iterable[int],
+        *,
+        now: datetime,
+        lease_until: datetime,
+        max_bytes: int | None = None,
+        using: str | None = None,
     ) -> Claim:
         require_aware(now=now, lease_until=lease_until)
         wanted = list(ids)
         if not wanted:
             return Claim(messages=(), lease_until=lease_until)
         t = self.tables.outbox
-        return self._lease(
-            select(t).where(t.c.id.in_(wanted), sql.due(t, now)), lease_until=lease_until
+        candidates = (
+            select(t).where(t.c.id.in_(wanted), sql.due(t, now)).order_by(t.c.available_at, t.c.id)
         )
+        return self._lease(candidates, lease_until=lease_until, max_bytes=max_bytes)
 
     def claim_due(
         self,
@@ -167,6 +174,7 @@ class SQLAlchemyOutboxStore(OutboxStore):
         created_before: datetime,
         limit: int,
         lease_until: datetime,
+        max_bytes: int | None = None,
         using: str | None = None,
     ) -> Claim:
         require_aware(now=now, created_before=created_before, lease_until=lease_until)
@@ -177,13 +185,15 @@ class SQLAlchemyOutboxStore(OutboxStore):
             .order_by(t.c.available_at, t.c.id)
             .limit(limit)
         )
-        return self._lease(candidates, lease_until=lease_until)
+        return self._lease(candidates, lease_until=lease_until, max_bytes=max_bytes)
 
-    def _lease(self, candidates: Any, *, lease_until: datetime) -> Claim:
+    def _lease(self, candidates: Any, *, lease_until: datetime, max_bytes: int | None) -> Claim:
         with store_errors("claim outbox rows"), self.engine.begin() as conn:
             if sql.has_skip_locked(conn):
                 candidates = candidates.with_for_update(skip_locked=True)
-            messages = sql.lease(conn, self.tables.outbox, candidates, lease_until=lease_until)
+            messages = claims.lease(
+                conn, self.tables.outbox, candidates, lease_until=lease_until, max_bytes=max_bytes
+            )
         return Claim(messages=tuple(messages), lease_until=lease_until)
 
     def mark_published(

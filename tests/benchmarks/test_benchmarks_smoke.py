@@ -72,3 +72,33 @@ def test_benchmark_runs_at_a_tiny_size(
             continue
         for field in FIELDS[name]:
             assert isinstance(row[field], (int, float)), (field, row)
+
+
+def test_payload_memory_runs_at_a_tiny_size(
+    postgres_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "BENCH_POSTGRES_URL": _with_path(postgres_url, "/celery_outbox_bench_smoke"),
+        "BENCH_REDIS_URL": _with_path(redis_url, "/11"),
+        "BENCH_QUEUE": f"celery-outbox-bench-smoke-{os.urandom(4).hex()}",
+    }
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    output = tmp_path / "payload.json"
+    argv = [sys.executable, "-m", "benchmarks.payload_memory", "--rows", "3", "--size", "1000"]
+    done = subprocess.run(
+        [*argv, "--json", str(output)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads(output.read_text())
+    assert [row["case"].split(":")[0] for row in rows] == ["sweep", "transaction"]
+    for row in rows:
+        for field in ("unbounded", "bounded", "heap_unbounded", "heap_bounded"):
+            assert isinstance(row[field], (int, float)), (field, row)

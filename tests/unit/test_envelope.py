@@ -50,7 +50,9 @@ def test_typed_values_round_trip(app: Celery) -> None:
     task = app.task(base=OutboxTask, name="env.t")(noop)
     values = (NOW, decimal.Decimal("1.10"), uuid.UUID(int=7), {"nested": [1, "x"]})
     message = build(task, *values)
-    args, _kwargs, _embed = decode_body(message.payload, message.options)  # type: ignore[attr-defined]
+    args, _kwargs, _embed = decode_body(
+        message.payload, message.options, accept=None, max_bytes=None
+    )  # type: ignore[attr-defined]
     assert tuple(args) == values
     assert message.task_id == "tid"  # type: ignore[attr-defined]
     assert message.options["headers"]["task"] == "env.t"  # type: ignore[attr-defined]
@@ -101,7 +103,9 @@ def test_binary_serializer_and_compression_are_base64(app: Celery) -> None:
     assert options["body_encoding"] == "base64"
     assert options["compression"] == "application/x-gzip"
     assert isinstance(publish_body(message.payload, options), bytes)  # type: ignore[attr-defined]
-    args, _, _ = decode_body(message.payload, options)  # type: ignore[attr-defined]
+    args, _, _ = decode_body(
+        message.payload, options, accept=app.conf.accept_content, max_bytes=None
+    )  # type: ignore[attr-defined]
     assert args == ({1, 2},) or list(args) == [{1, 2}]
 
 

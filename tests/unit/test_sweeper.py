@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from celery import Celery
@@ -281,6 +282,7 @@ class TwoAliasStore(InMemoryOutboxStore):
         created_before: datetime,
         limit: int,
         lease_until: datetime,
+        max_bytes: int | None = None,
         using: str | None = None,
     ) -> Claim:
         self.aliases.append(using)
@@ -292,6 +294,7 @@ class TwoAliasStore(InMemoryOutboxStore):
             created_before=created_before,
             limit=limit,
             lease_until=lease_until,
+            max_bytes=max_bytes,
             using=using,
         )
 
@@ -329,3 +332,68 @@ def test_run_survives_store_errors_and_stops_on_the_event(
     assert store.rows == {}
     assert len(drain(app, queue_name)) == 4
     assert caplog.text.count("sweep failed") == 2
+
+
+# -- the byte budget (outbox_sweep_batch_bytes) -------------------------------------------
+def large_rows(app: Celery, store: InMemoryOutboxStore, count: int, size: int) -> list[int]:
+    """Rows whose payload is about ``size`` bytes each."""
+    ids = []
+    for n in range(count):
+        message = build_message(
+            app.tasks["unit.noop"],
+            ("x" * size,),
+            {},
+            task_id=f"large-{n}",
+            options={},
+            now=START,
+            park_after=timedelta(seconds=30),
+            max_bytes=None,
+        )
+        row_id = store.add(message)
+        assert row_id is not None
+        ids.append(row_id)
+    return ids
+
+
+def test_a_batch_cut_by_the_byte_budget_does_not_end_the_sweep(
+    app: Celery, store: InMemoryOutboxStore, clock: FakeClock, queue_name: str
+) -> None:
+    app.conf.outbox_sweep_batch_bytes = 64 * 1024  # 2 rows of 40 KB, below the 3-row limit
+    large_rows(app, store, 5, 40_000)
+    clock.now = START + GRACE
+
+    report = make_sweeper(app, store, clock).sweep()
+
+    assert report == SweepReport(published=5, batches=3)
+    assert len(drain(app, queue_name)) == 5
+
+
+class ClaimRecordingStore(InMemoryOutboxStore):
+    """Records the payload bytes of every claim of ids."""
+
+    claimed: list[int]
+
+    def claim(self, ids: Iterable[int], **kwargs: Any) -> Claim:
+        found = super().claim(ids, **kwargs)
+        self.claimed.append(sum(len(m.payload) for m in found.messages))
+        return found
+
+
+def test_publish_now_claims_a_long_list_of_large_rows_by_the_byte_budget(
+    app: Celery, clock: FakeClock, queue_name: str
+) -> None:
+    app.conf.outbox_sweep_batch_bytes = 64 * 1024
+    store = ClaimRecordingStore(clock=clock)
+    store.claimed = []
+    install_store(app, store)
+    ids = large_rows(app, store, 5, 40_000)
+
+    relay = relay_for(app)
+    relay.clock = clock
+
+    report = relay.publish_ids(ids)
+
+    assert sorted(report.published) == ids
+    assert len(drain(app, queue_name)) == 5
+    assert len(store.claimed) == 3  # 2 + 2 + 1 rows
+    assert max(store.claimed) < 2 * 40_500
