@@ -16,6 +16,7 @@ from celery_outbox.exceptions import (
     PayloadError,
     RetriesExhausted,
     ScheduleError,
+    StoreDataError,
     StoreError,
 )
 from celery_outbox.records import DeadLetterStatus, MessageStatus
@@ -40,6 +41,7 @@ __all__ = [
     "PayloadError",
     "RetriesExhausted",
     "ScheduleError",
+    "StoreDataError",
     "StoreError",
     "SweepReport",
     "Sweeper",

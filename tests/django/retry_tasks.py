@@ -54,6 +54,8 @@ def create_retry_app(broker_url: str, queue: str, **conf: Any) -> Celery:
     task(base=OutboxTask, bind=True, name="retry.parked")(parked)
     task(base=OutboxTask, bind=True, name="retry.suicide")(suicide)
     task(base=OutboxTask, bind=True, name="retry.healthy")(healthy)
+    task(base=OutboxTask, bind=True, name="retry.poison", max_retries=1, retry_backoff=0.05)(poison)
+    task(base=OutboxTask, bind=True, name="retry.poison_once", max_retries=0)(poison)
     return app
 
 
@@ -116,3 +118,9 @@ def healthy(self: Task[Any, Any], key: str) -> str:
     """Succeed at once."""
     log(self, key)
     return "ok"
+
+
+def poison(self: Task[Any, Any], key: str, *values: Any, **named: Any) -> None:
+    """Fail with NUL and a lone surrogate in the message (the arguments may hold NaN too)."""
+    log(self, key)
+    raise ValueError(f"poison {key}: nul=\x00 surrogate=\ud800")
