@@ -1,10 +1,10 @@
-"""Worker-side handling of a failed attempt: schedule the retry, or write the dead letter.
+"""Worker-side handling of a failed attempt: schedule the retry, or put the message back.
 
 Nothing here sleeps. A retry either rides on a Celery ETA (short waits) or is parked as
 an outbox row (long waits, or when the ETA publish fails); if parking fails too, the
-current message is rejected with requeue, never dropped. A dead letter that cannot be
-written because the store is down likewise puts the message back; one the store refuses
-as data is stored escaped or minimal, never by running the task again.
+current message is rejected with requeue, never dropped. While the store is unreachable
+a message is put back after a backoff (:func:`requeue_later`). Dead letters are written
+by :mod:`celery_outbox.dead_lettering`.
 """
 
 from __future__ import annotations
@@ -20,14 +20,9 @@ from celery.exceptions import Ignore, Reject, Retry
 from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.dead_letters import build_dead_letter
 from celery_outbox.envelope import build_message
-from celery_outbox.escaping import escape_letter, minimal_letter
-from celery_outbox.exceptions import StoreDataError, StoreError
-from celery_outbox.records import NewDeadLetter, NewMessage
+from celery_outbox.records import NewMessage
 from celery_outbox.registry import relay_for, store_for
-from celery_outbox.retrying import Outcome
-from celery_outbox.signals import task_dead_lettered
 
 logger = logging.getLogger(__name__)
 
@@ -167,112 +162,3 @@ def republish_options(
         options.pop(key, None)
     merged = {**(options.get("headers") or {}), **headers}
     return {**options, "headers": merged, "eta": eta, "retries": retries}
-
-
-def write_dead_letter(
-    task: Task[Any, Any],
-    request: Any,
-    exc: BaseException,
-    *,
-    outcome: Outcome,
-    first_failed: datetime,
-    now: datetime,
-) -> int | None:
-    """Write the dead letter of the running task and send ``task_dead_lettered``.
-
-    The letter is escaped first (:mod:`celery_outbox.escaping`). A letter the store
-    refuses as data (:class:`StoreDataError`, or any error that is not a
-    :class:`StoreError`) is not an outage: a minimal letter is written instead, and if
-    even that is refused the letter is logged and ``None`` returned. Either way the
-    task is never run again because its dead letter did not fit.
-
-    Raises
-    ------
-    celery.exceptions.Ignore
-        When the store is unreachable: the message was put back with a delay
-        (:func:`requeue_later`); ``Reject`` with requeue if that failed too.
-    """
-    letter = escape_letter(
-        build_dead_letter(
-            task_name=task.name,
-            task_id=request.id,
-            args=request.args,
-            kwargs=request.kwargs,
-            options=_routing(request),
-            exc=exc,
-            retries=request.retries,
-            first_failed_at=first_failed,
-            failed_at=now,
-            reason=outcome.value,
-        )
-    )
-    try:
-        letter_id: int | None = _add_dead_letter(task, request, letter)
-    except _Refused as refused:
-        letter_id = _add_minimal_letter(task, request, letter, refused.cause)
-    logger.error(
-        "celery-outbox: %s[%s] is a dead letter (%s): %r", task.name, request.id, outcome.value, exc
-    )
-    if letter_id is not None:
-        task_dead_lettered.send(sender=task, letter_id=letter_id, task_id=request.id, exception=exc)
-    return letter_id
-
-
-class _Refused(Exception):
-    """The store refused a letter as data (``cause``): writing it again cannot help."""
-
-    def __init__(self, cause: Exception) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-def _add_dead_letter(task: Task[Any, Any], request: Any, letter: NewDeadLetter) -> int:
-    """Write ``letter``; put the message back on an outage, raise ``_Refused`` on data."""
-    try:
-        return store_for(task.app).add_dead_letter(letter)
-    except StoreDataError as data_exc:
-        raise _Refused(data_exc) from data_exc
-    except StoreError as write_exc:
-        logger.exception(
-            "celery-outbox: could not write the dead letter of %s[%s]", task.name, request.id
-        )
-        requeue_later(task, request, write_exc)
-    except Exception as other:  # a driver's value error (no DB-API class): data, not outage
-        raise _Refused(other) from other
-
-
-def _add_minimal_letter(
-    task: Task[Any, Any], request: Any, letter: NewDeadLetter, cause: Exception
-) -> int | None:
-    """Write the minimal letter of ``letter``; ``None`` (logged) if refused too."""
-    logger.error(
-        "celery-outbox: the dead letter of %s[%s] was refused (%r); storing it without "
-        "its arguments, which were: args=%r kwargs=%r",
-        task.name,
-        request.id,
-        cause,
-        request.args,
-        request.kwargs,
-    )
-    try:
-        return _add_dead_letter(task, request, minimal_letter(letter, cause))
-    except _Refused:
-        logger.critical(
-            "celery-outbox: %s[%s] has no dead letter: even the minimal one was refused; "
-            "it will not run again",
-            task.name,
-            request.id,
-            exc_info=True,
-        )
-        return None
-
-
-def _routing(request: Any) -> dict[str, Any]:
-    info = dict(request.delivery_info or {})
-    anonymous = info.get("exchange") in ("", None)
-    return {
-        "queue": info.get("routing_key") if anonymous else None,
-        "exchange": None if anonymous else info.get("exchange"),
-        "routing_key": None if anonymous else info.get("routing_key"),
-        "priority": info.get("priority"),
-    }

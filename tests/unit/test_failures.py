@@ -12,8 +12,9 @@ from celery.exceptions import Ignore, Reject, Retry
 from kombu import Connection, Queue
 
 from celery_outbox import OutboxTask, StoreError
+from celery_outbox.dead_lettering import write_dead_letter
 from celery_outbox.envelope import build_message
-from celery_outbox.failures import schedule_retry, write_dead_letter
+from celery_outbox.failures import schedule_retry
 from celery_outbox.registry import install_store
 from celery_outbox.retrying import Outcome
 from celery_outbox.testing import InMemoryOutboxStore
