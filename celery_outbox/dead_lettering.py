@@ -118,7 +118,7 @@ def _add_dead_letter(task: Task[Any, Any], request: Any, letter: NewDeadLetter) 
         return store_for(task.app).add_dead_letter(letter)
     except StoreDataError as data_exc:
         raise _Refused(data_exc) from data_exc
-    except StoreError as write_exc:
+    except (StoreError, OutboxConfigError) as write_exc:  # down, or no store installed yet
         logger.exception(
             "celery-outbox: could not write the dead letter of %s[%s]", task.name, request.id
         )

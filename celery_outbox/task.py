@@ -182,23 +182,23 @@ class OutboxTask(_TaskBase):
                 eta=eta,
                 max_retries=max_retries,
             )
-        except OutboxConfigError as config_error:
+            decision = decide(
+                exc,
+                options,
+                retries=request.retries,
+                first_failed_at=first,
+                now=now,
+                rng=self.rng,
+                countdown=delay,
+                explicit=explicit,
+            )
+            if decision.outcome is Outcome.RETRY and decision.delay is not None:
+                return schedule_retry(
+                    self, request, exc, delay=decision.delay, first_failed=first, now=now
+                )
+        except OutboxConfigError as config_error:  # found only now: dead-letter, never drop
             write_config_dead_letter(self, request, exc, config_error, first_failed=first, now=now)
             return exc
-        decision = decide(
-            exc,
-            options,
-            retries=request.retries,
-            first_failed_at=first,
-            now=now,
-            rng=self.rng,
-            countdown=delay,
-            explicit=explicit,
-        )
-        if decision.outcome is Outcome.RETRY and decision.delay is not None:
-            return schedule_retry(
-                self, request, exc, delay=decision.delay, first_failed=first, now=now
-            )
         write_dead_letter(self, request, exc, outcome=decision.outcome, first_failed=first, now=now)
         return exc
 

@@ -20,6 +20,7 @@ from celery import Celery, Task, bootsteps
 
 from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import utcnow
+from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import OutboxConfigError
 
 #: Shortest duration an option takes, in seconds (a shorter wait is a hot retry loop).
@@ -239,7 +240,8 @@ def checked_options(task: Task[Any, Any]) -> RetryOptions:
 
 
 def check_app(app: Celery) -> None:
-    """Check the options of every ``OutboxTask`` of ``app``, reporting all bad ones.
+    """Check the ``outbox_*`` settings of ``app``, then the options of every ``OutboxTask``
+    of ``app``, reporting all bad ones.
 
     Raises
     ------
@@ -248,6 +250,7 @@ def check_app(app: Celery) -> None:
     """
     from celery_outbox.task import OutboxTask  # the task module registers this check
 
+    OutboxConfig.from_celery(app)  # the outbox_* settings a failing task reads too
     problems = []
     for task in app.tasks.values():
         if isinstance(task, OutboxTask):

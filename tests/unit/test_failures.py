@@ -11,7 +11,7 @@ from celery import Celery
 from celery.exceptions import Ignore, Reject, Retry
 from kombu import Connection, Queue
 
-from celery_outbox import OutboxTask, StoreDataError, StoreError
+from celery_outbox import NoStoreConfigured, OutboxTask, StoreDataError, StoreError
 from celery_outbox.dead_lettering import write_dead_letter
 from celery_outbox.envelope import build_message
 from celery_outbox.escaping import is_incomplete
@@ -239,3 +239,19 @@ def test_a_letter_refused_even_minimal_is_logged_and_never_put_back(
     assert "t7" in caplog.text
     assert "has no dead letter" in caplog.text
     assert queued_ids(queue_name) == []
+
+
+def test_no_store_while_writing_a_dead_letter_puts_the_message_back(
+    app: Celery, queue_name: str
+) -> None:
+    install_store(app, PickyStore(refuse_all=True, error=NoStoreConfigured()))
+    with pytest.raises(Ignore):  # a configuration gap is not a refused value: nothing dropped
+        write_dead_letter(
+            app.tasks["unit.retrying"],
+            Request("t8", queue_name),
+            ValueError("boom"),
+            outcome=Outcome.EXHAUSTED,
+            first_failed=NOW,
+            now=NOW,
+        )
+    assert queued_ids(queue_name) == ["t8"]

@@ -157,3 +157,10 @@ def test_retry_arguments_are_checked() -> None:
 
 def test_bad_options_outcome_names_itself() -> None:
     assert Outcome.BAD_OPTIONS.value == "bad retry option"
+
+
+def test_check_app_checks_the_outbox_settings_too() -> None:
+    app = Celery("t", set_as_current=False)
+    app.conf.outbox_park_after = "30"
+    with pytest.raises(OutboxConfigError, match="outbox_park_after='30'"):
+        check_app(app)
