@@ -9,6 +9,7 @@ from __future__ import annotations
 from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import (
+    DeadLetterDiscarded,
     NoStoreConfigured,
     OutboxConfigError,
     OutboxError,
@@ -29,6 +30,7 @@ from celery_outbox.task import OutboxTask
 __all__ = [
     "SWEEP_TASK",
     "BackoffPolicy",
+    "DeadLetterDiscarded",
     "DeadLetterStatus",
     "MessageStatus",
     "NoStoreConfigured",

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -11,6 +10,11 @@ from typing import Any
 from celery import Celery
 
 from celery_outbox.exceptions import OutboxConfigError
+from celery_outbox.rules import SHORTEST, Count, DottedPath, Flag, Rule, Seconds
+
+#: Seconds in an hour and in a day (for the ranges below).
+HOUR = 3600.0
+DAY = 24 * HOUR
 
 #: The settings' defaults, in the units DESIGN.md gives (seconds for durations).
 DEFAULTS: Mapping[str, Any] = {
@@ -29,53 +33,38 @@ DEFAULTS: Mapping[str, Any] = {
 }
 
 
-def _duration(name: str, value: Any, *, allow_zero: bool = False) -> timedelta:
-    accepted = "a number of seconds >= 0" if allow_zero else "a positive number of seconds"
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
-        raise OutboxConfigError(f"{name}={value!r} is not accepted: give {accepted} (a float).")
-    return timedelta(seconds=float(value))
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise OutboxConfigError(f"{name}={value!r} is not accepted: give a positive integer.")
-    return value
-
-
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise OutboxConfigError(f"{name}={value!r} is not accepted: give True or False.")
-    return value
-
-
-def _optional_bytes(name: str, value: Any) -> int | None:
-    return None if value is None else _positive_int(name, value)
-
-
-def _optional_path(name: str, value: Any) -> str | None:
-    if value is None or (isinstance(value, str) and "." in value.strip(".")):
-        return value
-    raise OutboxConfigError(
-        f"{name}={value!r} is not accepted: give a dotted path such as "
-        "'celery_outbox.sqlalchemy.SQLAlchemyOutboxStore', or None."
-    )
-
-
-_PARSERS: Mapping[str, Callable[[str, Any], Any]] = {
-    "outbox_store": _optional_path,
-    "outbox_sweep_interval": _duration,
-    "outbox_sweep_batch_size": _positive_int,
-    "outbox_publish_grace": lambda n, v: _duration(n, v, allow_zero=True),
-    "outbox_claim_lease": _duration,
-    "outbox_publish_max_attempts": _positive_int,
-    "outbox_keep_published": lambda n, v: _duration(n, v, allow_zero=True),
-    "outbox_park_after": lambda n, v: _duration(n, v, allow_zero=True),
-    "outbox_max_deliveries": _positive_int,
-    "outbox_beat_schedule": _flag,
-    "outbox_max_payload_bytes": _optional_bytes,
-    "outbox_publish_timeout": _duration,
+#: The accepted range of each setting (``docs/settings.md`` shows the same text). A new
+#: setting gets its rule here, beside its default; e.g. ``outbox_sweep_batch_bytes``
+#: (bytes) would be a ``Count(minimum=..., maximum=..., unit="bytes")``.
+RULES: Mapping[str, Rule] = {
+    "outbox_store": DottedPath(example="proj.outbox.make_store"),
+    # Below 0.1 s beat would send sweeps faster than one can run.
+    "outbox_sweep_interval": Seconds(minimum=0.1, maximum=DAY),
+    "outbox_sweep_batch_size": Count(minimum=1, maximum=10_000, unit="rows"),
+    "outbox_publish_grace": Seconds(minimum=SHORTEST, maximum=HOUR, zero=True),
+    "outbox_claim_lease": Seconds(minimum=1.0, maximum=DAY),
+    "outbox_publish_max_attempts": Count(minimum=1, maximum=10_000, unit="attempts"),
+    "outbox_keep_published": Seconds(minimum=SHORTEST, maximum=3650 * DAY, zero=True),
+    "outbox_park_after": Seconds(minimum=SHORTEST, maximum=DAY, zero=True),
+    "outbox_max_deliveries": Count(minimum=1, maximum=1000, unit="deliveries"),
+    "outbox_beat_schedule": Flag(),
+    "outbox_max_payload_bytes": Count(minimum=1, maximum=1024**3, unit="bytes", none=True),
+    "outbox_publish_timeout": Seconds(minimum=0.01, maximum=300.0),
 }
+
+
+def setting_errors(conf: Mapping[str, Any]) -> dict[str, str]:
+    """Every setting of ``conf`` that is not accepted, mapped to its error message.
+
+    Missing settings take their defaults (which are always accepted).
+    """
+    errors: dict[str, str] = {}
+    for key, rule in RULES.items():
+        try:
+            rule.parse(key, conf.get(key, DEFAULTS[key]))
+        except OutboxConfigError as exc:
+            errors[key] = str(exc)
+    return errors
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,11 +96,14 @@ class OutboxConfig:
         Raises
         ------
         OutboxConfigError
-            Naming the first setting whose value is not accepted.
+            Naming every setting whose value is not accepted, with its range.
         """
+        errors = setting_errors(conf)
+        if errors:
+            raise OutboxConfigError(" ".join(errors.values()))
         values = {
-            key.removeprefix("outbox_"): parse(key, conf.get(key, DEFAULTS[key]))
-            for key, parse in _PARSERS.items()
+            key.removeprefix("outbox_"): rule.parse(key, conf.get(key, DEFAULTS[key]))
+            for key, rule in RULES.items()
         }
         return cls(**values)
 

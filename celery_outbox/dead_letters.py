@@ -16,8 +16,8 @@ from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
 from celery_outbox.escaping import is_incomplete, original_arguments
-from celery_outbox.exceptions import OutboxError
-from celery_outbox.records import NewDeadLetter, StoredMessage
+from celery_outbox.exceptions import DeadLetterDiscarded, OutboxError
+from celery_outbox.records import DeadLetterStatus, NewDeadLetter, StoredMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.signals import dead_letter_requeued
 
@@ -79,7 +79,7 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
     letter's ``options["original"]``.
 
     The new outbox row is written in the caller's transaction and published on commit.
-    Requeuing a letter that is not ``dead`` does nothing and returns its existing id.
+    Requeuing a letter already requeued does nothing and returns its existing task id.
 
     Returns
     -------
@@ -90,6 +90,8 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
     ------
     LookupError
         No dead letter has that id.
+    DeadLetterDiscarded
+        The letter is discarded, or was discarded while this requeue ran.
     OutboxError
         The letter's task is not registered with ``app``, or the letter was stored
         without its arguments (:func:`celery_outbox.escaping.minimal_letter`).
@@ -100,6 +102,8 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
         raise LookupError(f"No dead letter with id {letter_id!r}.")
     if letter.requeued_task_id:
         return letter.requeued_task_id
+    if letter.status == DeadLetterStatus.DISCARDED:
+        raise _discarded(letter_id)
     task = app.tasks.get(letter.task_name)
     if task is None:
         raise OutboxError(
@@ -126,12 +130,22 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
         lease=config.publish_grace,
     )
     task_id, row_id = store.requeue_dead_letter(letter_id, message, by=by, now=now, using=using)
+    if row_id is None and not task_id:
+        # The store found it no longer dead and not requeued: discarded meanwhile.
+        raise _discarded(letter_id)
     if row_id is not None:
         if message.locked_until is not None:
             written = StoredMessage.written(message, row_id)
             store.defer_publish(written, relay_for(app).publisher(using), using=using)
         dead_letter_requeued.send(sender=app, letter_id=letter_id, task_id=task_id, by=by)
     return task_id
+
+
+def _discarded(letter_id: int) -> DeadLetterDiscarded:
+    return DeadLetterDiscarded(
+        f"Cannot requeue dead letter {letter_id}: it is discarded (perhaps by someone else "
+        "meanwhile); it was not dispatched."
+    )
 
 
 def discard(app: Celery, letter_id: int, *, using: str | None = None) -> bool:

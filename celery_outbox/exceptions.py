@@ -40,6 +40,10 @@ class ScheduleError(OutboxError, ValueError):
     """A countdown, eta or expires cannot be represented as a time to run the task."""
 
 
+class DeadLetterDiscarded(OutboxError, LookupError):
+    """The dead letter was discarded (perhaps while being requeued): it cannot be requeued."""
+
+
 class RetriesExhausted(OutboxError):
     """The task used up its retries (or its retry deadline) and became a dead letter."""
 

@@ -43,7 +43,7 @@ def store_for(app: Celery) -> OutboxStore:
     if path is not None:
         with _lock:
             if getattr(app, "_outbox_store", None) is None:
-                install_store(app, _load_store(path, app))
+                install_store(app, load_store(path, app))
         return app._outbox_store  # type: ignore[attr-defined,no-any-return]
     if _default_store is None:
         raise NoStoreConfigured()
@@ -60,7 +60,15 @@ def relay_for(app: Celery) -> Relay:
     return relay
 
 
-def _load_store(path: str, app: Celery) -> OutboxStore:
+def load_store(path: str, app: Celery) -> OutboxStore:
+    """The store ``outbox_store=path`` gives for ``app`` (also run by Django's check).
+
+    Raises
+    ------
+    OutboxConfigError
+        When ``path`` cannot be imported, cannot be called as documented, or does not
+        give an :class:`OutboxStore`.
+    """
     try:
         factory = symbol_by_name(path)
     except (ImportError, AttributeError, ValueError) as exc:
@@ -68,7 +76,13 @@ def _load_store(path: str, app: Celery) -> OutboxStore:
             f"outbox_store={path!r} cannot be imported: {exc}. Give the dotted path of an "
             "OutboxStore subclass, or of a callable taking the Celery app and returning one."
         ) from exc
-    store = factory.from_celery(app) if hasattr(factory, "from_celery") else factory()
+    try:
+        store = factory.from_celery(app) if hasattr(factory, "from_celery") else factory()
+    except (TypeError, ValueError) as exc:
+        raise OutboxConfigError(
+            f"outbox_store={path!r} could not be built ({exc}): give a class with a "
+            "from_celery(app) classmethod or no required argument, or a factory function."
+        ) from exc
     if not isinstance(store, OutboxStore):
         raise OutboxConfigError(
             f"outbox_store={path!r} gave {type(store).__name__}, not an OutboxStore."

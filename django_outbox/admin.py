@@ -11,7 +11,6 @@ always escaped (``format_html``), never marked safe.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from typing import Any
 
 from django.contrib import admin
@@ -23,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 
 from celery_outbox.envelope import decode_body
 from django_outbox import admin_actions
-from django_outbox.admin_actions import UserMessage
+from django_outbox.admin_base import ReadOnlyAdmin, head
 from django_outbox.managers import DeadLetterQuerySet, OutboxMessageQuerySet
 from django_outbox.models import DeadLetter, OutboxMessage
 
@@ -66,27 +65,6 @@ def decoded_payload(row: OutboxMessage) -> Any:
         return None
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """No add, change or delete: rows change only through the actions."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        """Never: rows are written by the outbox."""
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        """Never: the detail page is read-only."""
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        """Never: discard a dead letter, purge outbox rows with ``manage.py outbox purge``."""
-        return False
-
-    def report(self, request: HttpRequest, report: Iterable[UserMessage]) -> None:
-        """Send each ``(level, text)`` of an action's report to the user."""
-        for level, text in report:
-            self.message_user(request, text, level=level)
-
-
 @admin.register(DeadLetter)
 class DeadLetterAdmin(ReadOnlyAdmin):
     """Dead letters: inspect them, then requeue or discard the ``dead`` ones."""
@@ -106,6 +84,8 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     date_hierarchy = "failed_at"
     ordering = ("-failed_at", "-id")
     actions = ("requeue_selected", "discard_selected")
+    list_deferred = ("args", "kwargs", "options", "traceback", "exception_message")
+    list_heads = {"message_head": "exception_message"}
     readonly_fields = (
         "task_name",
         "task_id",
@@ -145,7 +125,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     @admin.display(description=_("message"), ordering="exception_message")
     def short_message(self, letter: DeadLetter) -> str:
         """The exception message's first line, shortened (escaped by the changelist)."""
-        return shorten(letter.exception_message)
+        return shorten(head(letter, "message_head", "exception_message"))
 
     @admin.display(description=_("exception message"))
     def message_block(self, letter: DeadLetter) -> SafeString:
@@ -212,6 +192,8 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
     search_fields = ("task_id",)
     ordering = ("-id",)
     actions = ("publish_now", "reset_failed")
+    list_deferred = ("payload", "options", "last_error")
+    list_heads = {"error_head": "last_error"}
     readonly_fields = (
         "task_name",
         "task_id",
@@ -247,7 +229,7 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
     @admin.display(description=_("last error"))
     def short_error(self, row: OutboxMessage) -> str:
         """The last publish error's first line, shortened."""
-        return shorten(row.last_error)
+        return shorten(head(row, "error_head", "last_error"))
 
     @admin.display(description=_("last error"))
     def error_block(self, row: OutboxMessage) -> SafeString:

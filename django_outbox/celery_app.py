@@ -28,16 +28,32 @@ def outbox_app() -> Celery:
     return app
 
 
+def import_app(path: str) -> Celery:
+    """The Celery app at dotted ``path`` (``DJANGO_OUTBOX_CELERY_APP``).
+
+    Raises
+    ------
+    OutboxConfigError
+        When ``path`` cannot be imported or is not a Celery app.
+    """
+    try:
+        app = symbol_by_name(path)
+    except (ImportError, AttributeError, ValueError, TypeError) as exc:
+        raise OutboxConfigError(
+            f"DJANGO_OUTBOX_CELERY_APP={path!r} cannot be imported ({exc}): give the "
+            "dotted path of your Celery app, e.g. 'proj.celery:app'."
+        ) from exc
+    if not isinstance(app, Celery):
+        raise OutboxConfigError(
+            f"DJANGO_OUTBOX_CELERY_APP={path!r} is a {type(app).__name__}, not a Celery app: "
+            "give the dotted path of your Celery app, e.g. 'proj.celery:app'."
+        )
+    return app
+
+
 def _configured_app(path: str | None) -> Celery:
     if path:
-        try:
-            app: Celery = symbol_by_name(path)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise OutboxConfigError(
-                f"DJANGO_OUTBOX_CELERY_APP={path!r} cannot be imported ({exc}): give the "
-                "dotted path of your Celery app, e.g. 'proj.celery:app'."
-            ) from exc
-        return app
+        return import_app(path)
     # Not get_current_app(): with no app at all it makes an empty fallback app. (Nor a
     # check against ``default_app``: Celery's Django fixup makes the project's app the
     # default app as soon as it is created.)

@@ -6,6 +6,9 @@ id                      problem
 ``django_outbox.E001``  an ``outbox_*`` Celery setting has a value it does not accept
 ``django_outbox.E002``  ``DJANGO_OUTBOX_DATABASES`` is not a list of known aliases
 ``django_outbox.E003``  ``USE_TZ = False`` (the outbox stores aware UTC datetimes)
+``django_outbox.E004``  ``outbox_store`` cannot be imported or gives no ``OutboxStore``
+``django_outbox.E005``  ``DJANGO_OUTBOX_CELERY_APP`` cannot be imported as a Celery app
+``django_outbox.E006``  workers refuse the ``task_serializer`` (every dispatch would fail)
 ``django_outbox.W001``  the pickle serializer is enabled
 ``django_outbox.W002``  the sweep runs on no beat schedule
 ``django_outbox.W003``  a database without ``SKIP LOCKED``: one sweeper at a time
@@ -20,9 +23,13 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
+from kombu.exceptions import SerializerNotInstalled
+from kombu.serialization import prepare_accept_content
 
-from celery_outbox.config import DEFAULTS, OutboxConfig
+from celery_outbox.config import DEFAULTS, setting_errors
 from celery_outbox.exceptions import OutboxConfigError
+from celery_outbox.registry import load_store
+from django_outbox.celery_app import import_app
 from django_outbox.settings import settings
 
 #: Name of the sweep task, and the content type of pickle.
@@ -41,19 +48,69 @@ def _django_name(setting: str) -> str:
 
 
 def check_outbox_settings(**kwargs: Any) -> list[CheckMessage]:
-    """E001: every ``outbox_*`` Celery setting is valid (as the worker will read it)."""
+    """E001: every ``outbox_*`` Celery setting is valid (as the worker will read it).
+
+    Each bad setting is its own error, naming the value and the accepted range.
+    """
     conf = _celery_conf()
+    errors = setting_errors({key: conf[key] for key in DEFAULTS if key in conf})
+    return [
+        Error(message, id="django_outbox.E001", hint=f"Fix {_django_name(key)}.")
+        for key, message in errors.items()
+    ]
+
+
+def check_store(**kwargs: Any) -> list[CheckMessage]:
+    """E004: ``outbox_store`` imports and gives an ``OutboxStore`` (else every dispatch fails)."""
+    from celery import current_app
+
+    path = current_app.conf.get("outbox_store")
+    if path is None or "outbox_store" in setting_errors({"outbox_store": path}):
+        return []  # the default store, or already reported by E001
     try:
-        OutboxConfig.from_mapping({key: conf[key] for key in DEFAULTS if key in conf})
+        load_store(path, current_app)
     except OutboxConfigError as exc:
         return [
-            Error(
-                str(exc),
-                id="django_outbox.E001",
-                hint="Fix the setting (CELERY_OUTBOX_<NAME> in Django settings).",
-            )
+            Error(str(exc), id="django_outbox.E004", hint=f"Fix {_django_name('outbox_store')}.")
         ]
     return []
+
+
+def check_celery_app(**kwargs: Any) -> list[CheckMessage]:
+    """E005: ``DJANGO_OUTBOX_CELERY_APP`` names a Celery app (else the admin actions fail)."""
+    path = settings.CELERY_APP
+    if path is None:
+        return []
+    try:
+        import_app(path)
+    except OutboxConfigError as exc:
+        return [Error(str(exc), id="django_outbox.E005")]
+    return []
+
+
+def check_task_serializer(**kwargs: Any) -> list[CheckMessage]:
+    """E006: the workers accept what ``task_serializer`` writes (else every dispatch fails)."""
+    conf = _celery_conf()
+    accept = conf.accept_content
+    if accept is None:
+        return []
+    try:
+        written = set(prepare_accept_content([conf.task_serializer]) or ())
+    except SerializerNotInstalled as exc:
+        written, reason = set(), str(exc)
+    else:
+        reason = ""
+    if written and written <= set(prepare_accept_content(accept) or ()):
+        return []
+    return [
+        Error(
+            f"task_serializer={conf.task_serializer!r} ({_django_name('task_serializer')}) "
+            f"is not in accept_content={list(accept)!r}: workers refuse what it writes, so "
+            f"every outbox dispatch fails. {reason}".rstrip(),
+            hint="Use 'json', or add the serializer to accept_content if you trust every producer.",
+            id="django_outbox.E006",
+        )
+    ]
 
 
 def check_pickle(**kwargs: Any) -> list[CheckMessage]:
@@ -150,6 +207,9 @@ def check_skip_locked(databases: Iterable[str] | None = None, **kwargs: Any) -> 
 #: Checks registered in ``DjangoOutboxConfig.ready()`` (besides the database check).
 CHECKS: tuple[Callable[..., list[CheckMessage]], ...] = (
     check_outbox_settings,
+    check_store,
+    check_celery_app,
+    check_task_serializer,
     check_pickle,
     check_databases,
     check_use_tz,

@@ -16,7 +16,7 @@ from celery import Celery
 from django.db import DEFAULT_DB_ALIAS, transaction
 
 from celery_outbox import dead_letters as core
-from celery_outbox.exceptions import OutboxError
+from celery_outbox.exceptions import DeadLetterDiscarded, OutboxError
 from celery_outbox.records import DeadLetterStatus
 from django_outbox.celery_app import outbox_app
 
@@ -30,8 +30,9 @@ class RequeueResult:
     """What a bulk requeue did.
 
     ``requeued`` maps each requeued letter's id to its new task id; ``skipped`` counts
-    selected letters that were not ``dead`` (already requeued or discarded); ``failed``
-    maps a letter id to why it could not be requeued.
+    selected letters that were not ``dead`` (already requeued or discarded, including
+    those discarded while this requeue ran); ``failed`` maps a letter id to why it could
+    not be requeued.
     """
 
     requeued: dict[int, str] = field(default_factory=dict)
@@ -46,6 +47,8 @@ def requeue_letter(letter: DeadLetter, *, by: str = "", app: Celery | None = Non
     ------
     LookupError
         The letter was deleted meanwhile.
+    DeadLetterDiscarded
+        The letter is discarded (perhaps while this ran): nothing was dispatched.
     OutboxError
         Its task is not registered with the app, or the store failed.
     """
@@ -67,12 +70,16 @@ def requeue_letters(
     ids, selected = _dead_ids(letters)
     requeued: dict[int, str] = {}
     failed: dict[int, str] = {}
+    discarded = 0
     for letter_id in ids:
         try:
             requeued[letter_id] = _requeue_id(app, letter_id, by=by, using=letters.db)
+        except DeadLetterDiscarded:
+            discarded += 1  # discarded since it was selected: skipped, not requeued
         except (LookupError, OutboxError) as exc:
             failed[letter_id] = str(exc)
-    return RequeueResult(requeued=requeued, skipped=selected - len(ids), failed=failed)
+    skipped = selected - len(ids) + discarded
+    return RequeueResult(requeued=requeued, skipped=skipped, failed=failed)
 
 
 def discard_letters(letters: DeadLetterQuerySet, *, app: Celery | None = None) -> int:

@@ -142,8 +142,13 @@ class DeadLetter(models.Model):
     def requeue(self, *, by: str = "", app: Celery | None = None) -> str:
         """Dispatch this letter's task again as a new task id (fresh retry budget).
 
-        The outbox row is written in the caller's transaction; requeuing a letter that is
-        not ``dead`` does nothing and returns its existing ``requeued_task_id``.
+        The outbox row is written in the caller's transaction; requeuing a letter already
+        requeued does nothing and returns its existing ``requeued_task_id``.
+
+        Raises
+        ------
+        DeadLetterDiscarded
+            The letter is discarded (perhaps while this ran): nothing was dispatched.
         """
         from django_outbox.dead_letters import requeue_letter
 

@@ -7,9 +7,13 @@ import math
 from dataclasses import asdict
 
 import pytest
+from celery import Celery
 
+from celery_outbox import dead_letters
 from celery_outbox.escaping import escape_letter
+from celery_outbox.exceptions import DeadLetterDiscarded
 from celery_outbox.records import DeadLetterStatus, MessageStatus
+from celery_outbox.registry import install_store
 from tests.contract.factories import (
     FAR_FUTURE,
     LEASE,
@@ -84,6 +88,35 @@ def test_requeue_twice_makes_one_row_and_returns_the_first_task_id(harness: Harn
     assert again == ("one", None)
     assert first[0] == "one"
     assert harness.store.count_by_status()[MessageStatus.PENDING] == 1
+
+
+def test_requeue_of_a_discarded_letter_writes_nothing_and_gives_no_task_id(
+    harness: Harness,
+) -> None:
+    # The core turns ("", None) into DeadLetterDiscarded (issue 13 #10), also when the
+    # letter was discarded between its read and this locked write.
+    letter_id = harness.store.add_dead_letter(new_dead_letter())
+    assert harness.store.discard_dead_letter(letter_id) is True
+
+    assert harness.store.requeue_dead_letter(letter_id, new_message(), by="a", now=NOW) == (
+        "",
+        None,
+    )
+    letter = harness.store.get_dead_letter(letter_id)
+    assert letter is not None
+    assert letter.status is DeadLetterStatus.DISCARDED
+    assert harness.store.count_by_status()[MessageStatus.PENDING] == 0
+
+
+def test_core_requeue_of_a_discarded_letter_raises(harness: Harness) -> None:
+    app = Celery("contract-requeue", set_as_current=False)
+    install_store(app, harness.store)
+    letter_id = harness.store.add_dead_letter(new_dead_letter())
+    harness.store.discard_dead_letter(letter_id)
+
+    with pytest.raises(DeadLetterDiscarded, match=f"dead letter {letter_id}: it is discarded"):
+        dead_letters.requeue(app, letter_id, by="a")
+    assert harness.store.count_by_status()[MessageStatus.PENDING] == 0
 
 
 def test_requeue_in_a_rolled_back_transaction_changes_nothing(harness: Harness) -> None:

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from celery_outbox.config import DEFAULTS
+from celery_outbox.config import DEFAULTS, RULES
+from celery_outbox.rules import Rule, Seconds
 from django_outbox.settings import PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +73,22 @@ def design_settings(design: str) -> set[str]:
 
 def test_every_setting_in_code_is_documented_with_its_default() -> None:
     assert undocumented(DEFAULTS, SETTINGS_MD.read_text()) == []
+
+
+def without_range(rules: Mapping[str, Rule], markdown: str) -> list[str]:
+    """Settings whose row does not give the rule's accepted range (the first cell)."""
+    rows = table_rows(markdown)
+    return [
+        name for name, rule in rules.items() if rule.accepted not in (rows.get(name) or [""])[0]
+    ]
+
+
+def test_every_setting_row_gives_its_accepted_range() -> None:
+    markdown = SETTINGS_MD.read_text()
+    assert set(RULES) == set(DEFAULTS)
+    assert without_range(RULES, markdown) == []
+    tighter = {**RULES, "outbox_sweep_interval": Seconds(minimum=1.0, maximum=60.0)}
+    assert without_range(tighter, markdown) == ["outbox_sweep_interval"]
 
 
 def test_no_documented_setting_is_missing_from_the_code() -> None:

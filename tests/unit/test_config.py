@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_outbox.config import DEFAULTS, OutboxConfig
+from celery_outbox.config import DEFAULTS, RULES, OutboxConfig, setting_errors
 from celery_outbox.exceptions import OutboxConfigError
 
 
@@ -46,13 +46,13 @@ def test_none_payload_limit_means_no_limit() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "accepted"),
     [
-        ("outbox_sweep_interval", "5", "positive number of seconds"),
-        ("outbox_sweep_interval", 0, "positive number of seconds"),
-        ("outbox_claim_lease", float("nan"), "positive number of seconds"),
-        ("outbox_publish_grace", -1, "seconds >= 0"),
-        ("outbox_sweep_batch_size", 0, "positive integer"),
-        ("outbox_sweep_batch_size", 2.5, "positive integer"),
-        ("outbox_max_deliveries", True, "positive integer"),
+        ("outbox_sweep_interval", "5", "0.1 to 86400 seconds"),
+        ("outbox_sweep_interval", 0, "0.1 to 86400 seconds"),
+        ("outbox_claim_lease", float("nan"), "1 to 86400 seconds"),
+        ("outbox_publish_grace", -1, "0, or 0.001 to 3600 seconds"),
+        ("outbox_sweep_batch_size", 0, "an integer from 1 to 10000 rows"),
+        ("outbox_sweep_batch_size", 2.5, "an integer from 1 to 10000 rows"),
+        ("outbox_max_deliveries", True, "an integer from 1 to 1000 deliveries"),
         ("outbox_beat_schedule", "yes", "True or False"),
         ("outbox_store", "nodots", "dotted path"),
     ],
@@ -69,3 +69,47 @@ def test_bad_values_name_setting_value_and_accepted(key: str, value: Any, accept
 def test_every_setting_has_a_field() -> None:
     names = {key.removeprefix("outbox_") for key in DEFAULTS}
     assert names == set(OutboxConfig.__dataclass_fields__)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "accepted"),
+    [
+        # issue 13 #9: each passed before and failed later (or crashed the check itself).
+        ("outbox_claim_lease", 1e13, "1 to 86400 seconds"),
+        ("outbox_keep_published", 1e13, "0, or 0.001 to 315360000 seconds"),
+        ("outbox_park_after", 1e300, "0, or 0.001 to 86400 seconds"),
+        ("outbox_publish_timeout", 1e300, "0.01 to 300 seconds"),
+        ("outbox_sweep_interval", 1e-9, "0.1 to 86400 seconds"),
+        ("outbox_publish_grace", 1e-9, "0, or 0.001 to 3600 seconds"),
+        ("outbox_sweep_batch_size", 10**9, "an integer from 1 to 10000 rows"),
+        ("outbox_max_payload_bytes", 2**40, "None, or an integer from 1 to 1073741824 bytes"),
+        ("outbox_publish_max_attempts", 10**6, "an integer from 1 to 10000 attempts"),
+    ],
+)
+def test_every_setting_has_an_upper_bound_and_no_tiny_duration_rounds_to_zero(
+    key: str, value: Any, accepted: str
+) -> None:
+    with pytest.raises(OutboxConfigError) as caught:
+        OutboxConfig.from_mapping({key: value})
+    assert f"{key}={value!r} is not accepted: give {accepted}." in str(caught.value)
+
+
+def test_the_ends_of_each_range_are_accepted() -> None:
+    config = OutboxConfig.from_mapping(
+        {"outbox_sweep_interval": 0.1, "outbox_publish_grace": 0.001, "outbox_claim_lease": 86400}
+    )
+    assert config.publish_grace == timedelta(milliseconds=1)
+    assert config.sweep_interval == timedelta(milliseconds=100)
+
+
+def test_every_bad_setting_is_reported_at_once() -> None:
+    bad = {"outbox_sweep_interval": 1e-9, "outbox_claim_lease": 1e300, "outbox_beat_schedule": 1}
+    assert set(setting_errors(bad)) == set(bad)
+    with pytest.raises(OutboxConfigError) as caught:
+        OutboxConfig.from_mapping(bad)
+    assert all(f"{key}=" in str(caught.value) for key in bad)
+
+
+def test_every_setting_has_a_rule_and_its_default_is_accepted() -> None:
+    assert set(RULES) == set(DEFAULTS)
+    assert setting_errors(DEFAULTS) == {}

@@ -6,6 +6,7 @@ from argparse import ArgumentParser
 from dataclasses import dataclass
 
 from celery import Celery
+from django.conf import settings as django_settings
 from django.core.management.base import CommandError
 from django.db import DEFAULT_DB_ALIAS
 
@@ -34,7 +35,18 @@ class OutboxContext:
 
 
 def load_context(database: str | None) -> OutboxContext:
-    """The context of ``database`` (or of every alias the store sweeps)."""
+    """The context of ``database`` (or of every alias the store sweeps).
+
+    Raises
+    ------
+    CommandError
+        ``database`` is not an alias of ``DATABASES``.
+    """
+    if database is not None and database not in django_settings.DATABASES:
+        raise CommandError(
+            f"--database {database!r} is not accepted: give one of the aliases in "
+            f"DATABASES {sorted(django_settings.DATABASES)}."
+        )
     app = celery_app()
     store = store_for(app)
     aliases = (database,) if database else tuple(store.sweep_aliases())

@@ -1,15 +1,22 @@
-"""``outbox purge``: delete published or failed rows older than an age, in bounded batches."""
+"""``outbox purge``: delete published or failed rows older than an age, in bounded batches.
+
+``--older-than`` and ``--batch`` are checked, never clamped: a negative, NaN or infinite
+age is refused (it once became 0 and deleted every published and failed row).
+``--dry-run`` counts what a real run would delete and deletes nothing.
+"""
 
 from __future__ import annotations
 
 from argparse import ArgumentParser
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand
 
 from celery_outbox.clock import utcnow
 from celery_outbox.records import MessageStatus
+from celery_outbox.rules import Count, Seconds
+from django_outbox.management.outbox_commands._arguments import count, seconds
 from django_outbox.management.outbox_commands._context import (
     add_database_argument,
     alias_name,
@@ -18,26 +25,41 @@ from django_outbox.management.outbox_commands._context import (
 
 HELP = "Delete published/failed rows created more than --older-than seconds ago."
 CHOICES = (MessageStatus.PUBLISHED.value, MessageStatus.FAILED.value)
+#: Accepted ``--older-than``: up to a century (beyond it the cut-off date overflows).
+AGE = Seconds(minimum=0.0, maximum=100 * 365 * 24 * 3600.0)
+#: Accepted ``--batch``: rows per ``DELETE``.
+BATCH = Count(minimum=1, maximum=100_000, unit="rows")
 
 
 def add_arguments(parser: ArgumentParser) -> None:
     add_database_argument(parser)
-    parser.add_argument("--older-than", type=float, required=True, metavar="SECONDS")
+    parser.add_argument(
+        "--older-than", type=seconds(AGE), required=True, metavar="SECONDS", help=AGE.accepted
+    )
     parser.add_argument(
         "--status",
         choices=CHOICES,
         action="append",
         help="published or failed (repeatable; default both)",
     )
-    parser.add_argument("--batch", type=int, default=1000, help="rows per DELETE (default 1000)")
+    parser.add_argument(
+        "--batch",
+        type=count(BATCH),
+        default=1000,
+        help=f"rows per DELETE (default 1000; {BATCH.accepted})",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="count, delete nothing")
 
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     context = load_context(options["database"])
     statuses = [MessageStatus(s) for s in options["status"] or CHOICES]
-    older_than = utcnow() - timedelta(seconds=max(options["older_than"], 0.0))
-    batch = max(options["batch"], 1)
+    older_than = utcnow() - timedelta(seconds=options["older_than"])
+    batch = options["batch"]
     for alias in context.aliases:
+        if options["dry_run"]:
+            write_dry_run(command, alias_name(alias), statuses, older_than)
+            continue
         total = 0
         while deleted := context.store.purge(
             statuses=statuses, older_than=older_than, limit=batch, using=alias
@@ -46,3 +68,18 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
             if deleted < batch:
                 break
         command.stdout.write(f"{alias_name(alias)}: purged {total} row(s)")
+
+
+def write_dry_run(
+    command: BaseCommand, alias: str, statuses: list[MessageStatus], older_than: datetime
+) -> None:
+    """Print how many rows of each status a real run would delete."""
+    from django_outbox.models import OutboxMessage
+
+    rows = OutboxMessage.objects.using(alias)
+    for status in statuses:
+        found = rows.purgeable([status.value], older_than).count()
+        command.stdout.write(
+            f"{alias}: would purge {found} {status.value} row(s) created before "
+            f"{older_than.isoformat()} (dry run)"
+        )

@@ -11,22 +11,32 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from celery_outbox.config import RULES
+from celery_outbox.rules import Seconds
+from django_outbox.management.outbox_commands._arguments import seconds
 from django_outbox.management.outbox_commands._context import add_database_argument, load_context
 
 HELP = "Publish due rows continuously (sub-second recovery); stop with SIGTERM or Ctrl-C."
+#: Accepted ``--poll``: NaN or 0 once made the loop spin (109,810 log lines in 6 s).
+POLL = Seconds(minimum=0.01, maximum=3600.0)
+#: Accepted ``--grace``: what ``outbox_publish_grace`` accepts.
+GRACE = RULES["outbox_publish_grace"]
 
 
 def add_arguments(parser: ArgumentParser) -> None:
     add_database_argument(parser)
     parser.add_argument(
-        "--poll", type=float, default=0.2, help="seconds between idle passes (default 0.2)"
+        "--poll",
+        type=seconds(POLL),
+        default=0.2,
+        help=f"seconds between idle passes (default 0.2; {POLL.accepted})",
     )
     parser.add_argument(
         "--grace",
-        type=float,
+        type=seconds(GRACE),
         default=None,
         help="seconds a fresh row is left to its on-commit publisher "
-        "(default outbox_publish_grace; 0 publishes at once)",
+        f"(default outbox_publish_grace; 0 publishes at once; {GRACE.accepted})",
     )
 
 
@@ -35,9 +45,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     if options["grace"] is not None:
         context = replace(
             context,
-            config=replace(
-                context.config, publish_grace=timedelta(seconds=max(options["grace"], 0.0))
-            ),
+            config=replace(context.config, publish_grace=timedelta(seconds=options["grace"])),
         )
     sweeper = context.sweeper()
     stop = threading.Event()

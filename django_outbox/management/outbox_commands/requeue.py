@@ -11,13 +11,15 @@ never silently read in some zone.
 from __future__ import annotations
 
 from argparse import ArgumentParser, ArgumentTypeError
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Q
 
+from celery_outbox.rules import Count
 from django_outbox.dead_letters import RequeueResult, requeue_letters
+from django_outbox.management.outbox_commands._arguments import count
 from django_outbox.management.outbox_commands._context import (
     add_database_argument,
     alias_name,
@@ -29,6 +31,8 @@ HELP = "Requeue dead letters by --task, --exception, --since/--until or --id (--
 
 #: Options that select letters; at least one (or ``--all``) is required.
 FILTERS = ("task", "exception", "since", "until", "id")
+#: Accepted ``--id``: a dead letter id is a ``bigint``.
+LETTER_ID = Count(minimum=1, maximum=2**63 - 1, unit="(a dead letter id)")
 
 
 def add_arguments(parser: ArgumentParser) -> None:
@@ -50,7 +54,11 @@ def add_arguments(parser: ArgumentParser) -> None:
         "--until", type=aware_datetime, metavar="ISO", help="failed before this aware ISO 8601 time"
     )
     parser.add_argument(
-        "--id", action="append", type=int, metavar="ID", help="dead letter id (repeatable)"
+        "--id",
+        action="append",
+        type=count(LETTER_ID),
+        metavar="ID",
+        help="dead letter id (repeatable)",
     )
     parser.add_argument("--all", action="store_true", help="every dead letter (no filter)")
     parser.add_argument("--dry-run", action="store_true", help="list, requeue nothing")
@@ -63,6 +71,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
             "outbox requeue: give --task, --exception, --since, --until or "
             "--id to choose dead letters, or --all for every one of them."
         )
+    check_by(options["by"])
     context = load_context(options["database"])
     failures: list[str] = []
     for alias in context.aliases:
@@ -97,7 +106,30 @@ def aware_datetime(value: str) -> datetime:
             f"{value!r} has no timezone: add one, e.g. {value}+00:00 "
             "(times are never guessed in a local zone)."
         )
-    return parsed
+    try:
+        return parsed.astimezone(timezone.utc)
+    except OverflowError as exc:
+        raise ArgumentTypeError(
+            f"{value!r} is out of range: give a time from 0001-01-01 to 9999-12-31 in UTC."
+        ) from exc
+
+
+def check_by(by: str) -> None:
+    """``--by`` fits its column (``requeued_by``).
+
+    Raises
+    ------
+    CommandError
+        Naming the value and the longest accepted length.
+    """
+    from django_outbox.models import DeadLetter
+
+    longest: int | None = getattr(DeadLetter._meta.get_field("requeued_by"), "max_length", None)
+    if longest is not None and len(by) > longest:
+        raise CommandError(
+            f"outbox requeue: --by {by!r} is not accepted: give at most {longest} "
+            f"characters (it has {len(by)})."
+        )
 
 
 def select_letters(options: dict[str, Any], *, using: str) -> DeadLetterQuerySet:
@@ -142,5 +174,6 @@ def write_result(command: BaseCommand, result: RequeueResult, alias: str) -> Non
     for pk, task_id in result.requeued.items():
         command.stdout.write(f"requeued #{pk} as task {task_id}")
     command.stdout.write(
-        f"{alias}: requeued {len(result.requeued)} dead letter(s), {len(result.failed)} failed"
+        f"{alias}: requeued {len(result.requeued)} dead letter(s), {len(result.failed)} failed, "
+        f"{result.skipped} skipped (discarded or requeued meanwhile)"
     )
