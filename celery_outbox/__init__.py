@@ -17,6 +17,7 @@ from celery_outbox.exceptions import (
     PayloadError,
     RetriesExhausted,
     ScheduleError,
+    StoreDataError,
     StoreError,
 )
 from celery_outbox.records import DeadLetterStatus, MessageStatus
@@ -42,6 +43,7 @@ __all__ = [
     "PayloadError",
     "RetriesExhausted",
     "ScheduleError",
+    "StoreDataError",
     "StoreError",
     "SweepReport",
     "Sweeper",

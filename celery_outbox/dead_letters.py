@@ -15,6 +15,7 @@ from kombu.utils.uuid import uuid
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
+from celery_outbox.escaping import is_incomplete, original_arguments
 from celery_outbox.exceptions import DeadLetterDiscarded, OutboxError
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter, StoredMessage
 from celery_outbox.registry import relay_for, store_for
@@ -74,6 +75,9 @@ def build_dead_letter(
 def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = None) -> str:
     """Requeue a dead letter as a new task (fresh retry budget, same args).
 
+    Arguments that were escaped to be stored (NaN, NUL ...) are restored from the
+    letter's ``options["original"]``.
+
     The new outbox row is written in the caller's transaction and published on commit.
     Requeuing a letter already requeued does nothing and returns its existing task id.
 
@@ -89,7 +93,8 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
     DeadLetterDiscarded
         The letter is discarded, or was discarded while this requeue ran.
     OutboxError
-        The letter's task is not registered with ``app``.
+        The letter's task is not registered with ``app``, or the letter was stored
+        without its arguments (:func:`celery_outbox.escaping.minimal_letter`).
     """
     store = store_for(app)
     letter = store.get_dead_letter(letter_id, using=using)
@@ -105,12 +110,18 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
             f"Cannot requeue dead letter {letter_id}: task "
             f"{letter.task_name!r} is not registered with this Celery app."
         )
+    if is_incomplete(letter.options):
+        raise OutboxError(
+            f"Cannot requeue dead letter {letter_id}: it was stored without its arguments "
+            "(see its exception message); dispatch the task again yourself."
+        )
     config, now = OutboxConfig.from_celery(app), utcnow()
     options = {k: v for k, v in letter.options.items() if k in ROUTING_KEYS and v is not None}
+    args, kwargs = original_arguments(letter.args, letter.kwargs, letter.options)
     message = build_message(
         task,
-        letter.args,
-        letter.kwargs,
+        args,
+        kwargs,
         task_id=uuid(),
         options=options,
         now=now,

@@ -24,6 +24,10 @@ class StoreError(OutboxError):
     """The outbox store could not complete an operation; the cause is chained."""
 
 
+class StoreDataError(StoreError):
+    """The store refused a value it cannot hold: not an outage, so the same write fails again."""
+
+
 class NoStoreConfigured(OutboxConfigError):
     """No outbox store is installed: set outbox_store (CELERY_OUTBOX_STORE in Django)."""
 

@@ -1,9 +1,10 @@
-"""Worker-side handling of a failed attempt: schedule the retry, or write the dead letter.
+"""Worker-side handling of a failed attempt: schedule the retry, or put the message back.
 
 Nothing here sleeps. A retry either rides on a Celery ETA (short waits) or is parked as
 an outbox row (long waits, or when the ETA publish fails); if parking fails too, the
-current message is rejected with requeue, never dropped. A dead letter that cannot be
-written likewise leaves the message unacknowledged.
+current message is rejected with requeue, never dropped. While the store is unreachable
+a message is put back after a backoff (:func:`requeue_later`). Dead letters are written
+by :mod:`celery_outbox.dead_lettering`.
 """
 
 from __future__ import annotations
@@ -19,12 +20,9 @@ from celery.exceptions import Ignore, Reject, Retry
 from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.dead_letters import build_dead_letter
 from celery_outbox.envelope import build_message
 from celery_outbox.records import NewMessage
 from celery_outbox.registry import relay_for, store_for
-from celery_outbox.retrying import Outcome
-from celery_outbox.signals import task_dead_lettered
 
 logger = logging.getLogger(__name__)
 
@@ -166,57 +164,3 @@ def republish_options(
         options.pop(key, None)
     merged = {**(options.get("headers") or {}), **headers}
     return {**options, "headers": merged, "eta": eta, "retries": retries}
-
-
-def write_dead_letter(
-    task: Task[Any, Any],
-    request: Any,
-    exc: BaseException,
-    *,
-    outcome: Outcome,
-    first_failed: datetime,
-    now: datetime,
-) -> int:
-    """Write the dead letter of the running task and send ``task_dead_lettered``.
-
-    Raises
-    ------
-    celery.exceptions.Ignore
-        When the dead letter could not be written: the message was put back with a
-        delay (:func:`requeue_later`); ``Reject`` with requeue if that failed too.
-    """
-    letter = build_dead_letter(
-        task_name=task.name,
-        task_id=request.id,
-        args=request.args,
-        kwargs=request.kwargs,
-        options=_routing(request),
-        exc=exc,
-        retries=request.retries,
-        first_failed_at=first_failed,
-        failed_at=now,
-        reason=outcome.value,
-    )
-    try:
-        letter_id = store_for(task.app).add_dead_letter(letter)
-    except Exception as write_exc:
-        logger.exception(
-            "celery-outbox: could not write the dead letter of %s[%s]", task.name, request.id
-        )
-        requeue_later(task, request, write_exc)
-    logger.error(
-        "celery-outbox: %s[%s] is a dead letter (%s): %r", task.name, request.id, outcome.value, exc
-    )
-    task_dead_lettered.send(sender=task, letter_id=letter_id, task_id=request.id, exception=exc)
-    return letter_id
-
-
-def _routing(request: Any) -> dict[str, Any]:
-    info = dict(request.delivery_info or {})
-    anonymous = info.get("exchange") in ("", None)
-    return {
-        "queue": info.get("routing_key") if anonymous else None,
-        "exchange": None if anonymous else info.get("exchange"),
-        "routing_key": None if anonymous else info.get("routing_key"),
-        "priority": info.get("priority"),
-    }

@@ -6,12 +6,9 @@ import enum
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from celery import Task
-
-from celery_outbox.backoff import BackoffPolicy
-from celery_outbox.exceptions import OutboxConfigError, OutboxRetry
+from celery_outbox.exceptions import OutboxRetry
+from celery_outbox.task_options import RetryOptions
 
 
 class Outcome(str, enum.Enum):
@@ -22,17 +19,7 @@ class Outcome(str, enum.Enum):
     EXHAUSTED = "retries exhausted"
     DEADLINE = "retry deadline passed"
     TOO_MANY_DELIVERIES = "too many deliveries"
-
-
-@dataclass(frozen=True, kw_only=True)
-class RetryOptions:
-    """A task's retry options in Python units (see :func:`options_from_task`)."""
-
-    autoretry_for: tuple[type[BaseException], ...]
-    dont_autoretry_for: tuple[type[BaseException], ...]
-    max_retries: int | None
-    policy: BackoffPolicy
-    max_elapsed: timedelta | None
+    BAD_OPTIONS = "bad retry option"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,26 +28,6 @@ class RetryDecision:
 
     outcome: Outcome
     delay: timedelta | None = None
-
-
-def options_from_task(task: Task[Any, Any]) -> RetryOptions:
-    """Read Celery's option names off ``task`` (seconds) into :class:`RetryOptions`.
-
-    Raises
-    ------
-    OutboxConfigError
-        Naming the task and the option that has a value it does not accept.
-    """
-    max_elapsed = getattr(task, "retry_max_elapsed", None)
-    return RetryOptions(
-        autoretry_for=_exception_types(task, "autoretry_for"),
-        dont_autoretry_for=_exception_types(task, "dont_autoretry_for"),
-        max_retries=task.max_retries,
-        policy=BackoffPolicy(
-            base=_seconds(task, "retry_backoff"), cap=_seconds(task, "retry_backoff_max")
-        ),
-        max_elapsed=None if max_elapsed is None else _seconds(task, "retry_max_elapsed"),
-    )
 
 
 def decide(
@@ -107,23 +74,8 @@ def _delay(
         return max(exc.delay, timedelta(0))
     if countdown is not None:
         return timedelta(seconds=max(float(countdown), 0.0))
+    if options.fixed_delay is not None:  # retry_backoff off: Celery's default_retry_delay
+        return options.fixed_delay
+    if not options.jitter:
+        return options.policy.window(retries)[1]
     return options.policy.delay_for(retries, rng=rng)
-
-
-def _seconds(task: Task[Any, Any], name: str) -> timedelta:
-    value: Any = getattr(task, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise OutboxConfigError(
-            f"{task.name}.{name}={value!r} is not accepted: give a positive number of seconds."
-        )
-    return timedelta(seconds=float(value))
-
-
-def _exception_types(task: Task[Any, Any], name: str) -> tuple[type[BaseException], ...]:
-    value = tuple(getattr(task, name, ()) or ())
-    for item in value:
-        if not (isinstance(item, type) and issubclass(item, BaseException)):
-            raise OutboxConfigError(
-                f"{task.name}.{name} holds {item!r}: give a tuple of exception classes."
-            )
-    return value

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -14,20 +13,21 @@ from celery.exceptions import Ignore, Reject, Retry
 from celery.result import AsyncResult
 from kombu.utils.uuid import uuid
 
+from celery_outbox import task_options
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.envelope import build_message, serialise_body
-from celery_outbox.exceptions import RetriesExhausted, StoreError, TooManyDeliveries
-from celery_outbox.failures import (
-    first_failed_at,
-    requeue_later,
-    schedule_retry,
+from celery_outbox.dead_lettering import (
+    write_config_dead_letter,
     write_dead_letter,
+    write_redelivery_dead_letter,
 )
+from celery_outbox.envelope import build_message, serialise_body
+from celery_outbox.exceptions import OutboxConfigError, RetriesExhausted, StoreError
+from celery_outbox.failures import first_failed_at, requeue_later, schedule_retry
 from celery_outbox.limits import check_argument_depth
 from celery_outbox.records import StoredMessage
 from celery_outbox.registry import relay_for, store_for
-from celery_outbox.retrying import Outcome, decide, options_from_task
+from celery_outbox.retrying import Outcome, decide
 from celery_outbox.storage import OutboxStore
 
 logger = logging.getLogger(__name__)
@@ -61,8 +61,10 @@ class OutboxTask(_TaskBase):
     dont_autoretry_for: tuple[type[BaseException], ...] = ()
     #: Retries before the task becomes a dead letter (``None``: no limit).
     max_retries: int | None = 5
-    #: Seconds: the base of the random exponential windows (0-1, 1-2, 2-4 ... x base).
-    retry_backoff: float = 1.0
+    #: Seconds: base of the random windows (0-1, 1-2, 2-4 ... x base); Celery's True: 1 s.
+    retry_backoff: float | bool = 1.0
+    #: ``False``: wait the top of each window instead of a random time within it.
+    retry_jitter: bool = True
     #: Seconds: the cap of any one wait.
     retry_backoff_max: float = 300.0
     #: Seconds after the first failure when retrying stops (``None``: no deadline).
@@ -72,6 +74,12 @@ class OutboxTask(_TaskBase):
     _orig_run = None
     #: Random source of the retry windows (replace it in tests for determinism).
     rng = random.Random()
+
+    @classmethod
+    def on_bound(cls, app: Any) -> None:
+        """Have ``app``'s workers check every outbox task's options when they start."""
+        super().on_bound(app)
+        app.steps["worker"].add(task_options.TaskOptionsCheck)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the task; on failure retry without sleeping, or write a dead letter."""
@@ -108,17 +116,8 @@ class OutboxTask(_TaskBase):
             requeue_later(self, request, store_exc)
         if deliveries > limit:
             setattr(request, _HANDLED, True)
-            error = TooManyDeliveries(
-                f"{self.name}[{request.id}] was delivered {deliveries} times without finishing "
-                f"(outbox_max_deliveries={limit}); dead-lettered without running it."
-            )
-            write_dead_letter(
-                self,
-                request,
-                error,
-                outcome=Outcome.TOO_MANY_DELIVERIES,
-                first_failed=first_failed_at(request, now),
-                now=now,
+            error = write_redelivery_dead_letter(
+                self, request, deliveries=deliveries, limit=limit, now=now
             )
             self._forget_deliveries(store, request.id)
             raise error
@@ -156,12 +155,13 @@ class OutboxTask(_TaskBase):
         request = self.request
         if request.called_directly or request.is_eager:
             return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
-        if eta is not None:
-            countdown = (eta - utcnow()).total_seconds()
-        failure = self._after_failure(
-            exc or RetriesExhausted(), explicit=True, countdown=countdown, max_retries=max_retries
+        raise self._after_failure(
+            exc or RetriesExhausted(),
+            explicit=True,
+            countdown=countdown,
+            eta=eta,
+            max_retries=max_retries,
         )
-        raise failure
 
     def _after_failure(
         self,
@@ -169,29 +169,37 @@ class OutboxTask(_TaskBase):
         *,
         explicit: bool,
         countdown: float | None = None,
+        eta: datetime | None = None,
         max_retries: int | None = None,
     ) -> Exception:
         """Schedule a retry (returning ``Retry``) or write a dead letter (returning ``exc``)."""
         request, now = self.request, utcnow()
         setattr(request, _HANDLED, True)
-        options = options_from_task(self)
-        if max_retries is not None:
-            options = replace(options, max_retries=max_retries)
         first = first_failed_at(request, now)
-        decision = decide(
-            exc,
-            options,
-            retries=request.retries,
-            first_failed_at=first,
-            now=now,
-            rng=self.rng,
-            countdown=countdown,
-            explicit=explicit,
-        )
-        if decision.outcome is Outcome.RETRY and decision.delay is not None:
-            return schedule_retry(
-                self, request, exc, delay=decision.delay, first_failed=first, now=now
+        try:
+            options, delay = task_options.with_retry_arguments(
+                task_options.options_from_task(self),
+                countdown=countdown,
+                eta=eta,
+                max_retries=max_retries,
             )
+            decision = decide(
+                exc,
+                options,
+                retries=request.retries,
+                first_failed_at=first,
+                now=now,
+                rng=self.rng,
+                countdown=delay,
+                explicit=explicit,
+            )
+            if decision.outcome is Outcome.RETRY and decision.delay is not None:
+                return schedule_retry(
+                    self, request, exc, delay=decision.delay, first_failed=first, now=now
+                )
+        except OutboxConfigError as config_error:  # found only now: dead-letter, never drop
+            write_config_dead_letter(self, request, exc, config_error, first_failed=first, now=now)
+            return exc
         write_dead_letter(self, request, exc, outcome=decision.outcome, first_failed=first, now=now)
         return exc
 
@@ -224,9 +232,12 @@ class OutboxTask(_TaskBase):
             (see :mod:`celery_outbox.limits`).
         NoStoreConfigured
             When no outbox store is installed.
+        OutboxConfigError
+            When the task's retry options are not accepted (checked once per task class).
         """
         app = self.app
         config = OutboxConfig.from_celery(app)
+        task_options.checked_options(self)
         task_id = task_id or uuid()
         options = dict(options, link=link, link_error=link_error, shadow=shadow)
         if app.conf.task_always_eager:

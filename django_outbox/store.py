@@ -11,10 +11,17 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connections, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    connections,
+    transaction,
+)
 from django.db.models import Case, F, Value, When
 
-from celery_outbox.exceptions import StoreError
+from celery_outbox.exceptions import StoreDataError, StoreError
 from celery_outbox.records import (
     Claim,
     DeadLetterStatus,
@@ -45,10 +52,12 @@ def _messages(alias: str) -> OutboxMessageQuerySet:
 
 @contextlib.contextmanager
 def _store_errors(action: str) -> Iterator[None]:
-    """Raise a database error as ``StoreError`` (never swallowed: the caller's
-    transaction still rolls back)."""
+    """Raise a database error as ``StoreError``, a refused value as ``StoreDataError``
+    (never swallowed: the caller's transaction still rolls back)."""
     try:
         yield
+    except (DataError, IntegrityError) as exc:  # a value the database refuses: not an outage
+        raise StoreDataError(f"celery-outbox could not {action}: {exc}") from exc
     except DatabaseError as exc:
         raise StoreError(f"celery-outbox could not {action}: {exc}") from exc
 

@@ -9,15 +9,18 @@ from datetime import datetime
 
 from sqlalchemy import exc as sa_exc
 
-from celery_outbox.exceptions import StoreError
+from celery_outbox.exceptions import StoreDataError, StoreError
 from celery_outbox.records import check_aware
 
 
 @contextmanager
 def store_errors(action: str) -> Iterator[None]:
-    """Raise a driver or pool error as :class:`StoreError`, keeping the cause."""
+    """Raise a driver or pool error as :class:`StoreError`, keeping the cause; a value
+    the database refuses as :class:`StoreDataError` (not an outage)."""
     try:
         yield
+    except (sa_exc.DataError, sa_exc.IntegrityError) as exc:
+        raise StoreDataError(f"celery-outbox could not {action}: {exc}") from exc
     except (sa_exc.DBAPIError, sa_exc.TimeoutError) as exc:
         raise StoreError(f"celery-outbox could not {action}: {exc}") from exc
 

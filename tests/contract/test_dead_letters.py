@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import asdict
 
 import pytest
 from celery import Celery
 
 from celery_outbox import dead_letters
+from celery_outbox.escaping import escape_letter
 from celery_outbox.exceptions import DeadLetterDiscarded
 from celery_outbox.records import DeadLetterStatus, MessageStatus
 from celery_outbox.registry import install_store
@@ -162,3 +165,24 @@ def test_deliveries_count_from_two_and_are_forgotten(harness: Harness) -> None:
 
     assert store.record_delivery("t1", now=NOW) == 2
     assert store.record_delivery("t2", now=NOW) == 3
+
+
+def test_an_escaped_letter_with_unstorable_values_reads_back_on_every_store(
+    harness: Harness,
+) -> None:
+    # NaN/Infinity (jsonb, JSON_VALID), NUL (text) and a lone surrogate (UTF-8): issue 13.
+    letter = escape_letter(
+        new_dead_letter(
+            args=[math.nan, math.inf, "nul\x00", "lone\ud800"],
+            kwargs={"x\x00": -math.inf},
+            exception_message="bad\x00\udc80",
+            traceback="ValueError: bad\x00\udc80\n",
+        )
+    )
+    stored = harness.store.get_dead_letter(harness.store.add_dead_letter(letter))
+
+    assert stored is not None
+    assert stored.args == ["NaN", "Infinity", "nul\\u0000", "lone\\ud800"]
+    assert stored.kwargs == {"x\\u0000": "-Infinity"}
+    assert stored.exception_message == "bad\\u0000\\udc80"
+    assert json.loads(stored.options["original"]["exception_message"]) == "bad\x00\udc80"

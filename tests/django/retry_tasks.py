@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,17 @@ class Permanent(Exception):
     """An error no retry can fix."""
 
 
-def create_retry_app(broker_url: str, queue: str, **conf: Any) -> Celery:
-    """The app of the retry tests, every task routed to ``queue``."""
+def create_retry_app(
+    broker_url: str,
+    queue: str,
+    *,
+    misconfigured: Mapping[str, Mapping[str, Any]] | None = None,
+    **conf: Any,
+) -> Celery:
+    """The app of the retry tests, every task routed to ``queue``.
+
+    ``misconfigured`` adds an always failing task per name, with those (bad) options.
+    """
     app = Celery("retry_e2e", broker=broker_url, set_as_current=False)
     app.conf.update(
         task_default_queue=queue,
@@ -54,6 +64,12 @@ def create_retry_app(broker_url: str, queue: str, **conf: Any) -> Celery:
     task(base=OutboxTask, bind=True, name="retry.parked")(parked)
     task(base=OutboxTask, bind=True, name="retry.suicide")(suicide)
     task(base=OutboxTask, bind=True, name="retry.healthy")(healthy)
+    task(base=OutboxTask, bind=True, name="retry.poison", max_retries=1, retry_backoff=0.05)(poison)
+    task(base=OutboxTask, bind=True, name="retry.poison_once", max_retries=0)(poison)
+    task(base=OutboxTask, bind=True, name="retry.bad_retry_call")(bad_retry_call)
+    task(base=OutboxTask, bind=True, name="retry.options_changed")(options_changed)
+    for name, options in (misconfigured or {}).items():
+        task(base=OutboxTask, bind=True, name=name, **options)(always)
     return app
 
 
@@ -116,3 +132,22 @@ def healthy(self: Task[Any, Any], key: str) -> str:
     """Succeed at once."""
     log(self, key)
     return "ok"
+
+
+def poison(self: Task[Any, Any], key: str, *values: Any, **named: Any) -> None:
+    """Fail with NUL and a lone surrogate in the message (the arguments may hold NaN too)."""
+    log(self, key)
+    raise ValueError(f"poison {key}: nul=\x00 surrogate=\ud800")
+
+
+def bad_retry_call(self: Task[Any, Any], key: str, arguments: dict[str, Any]) -> None:
+    """Ask for a retry with ``arguments`` that ``retry()`` does not accept."""
+    log(self, key)
+    raise self.retry(exc=ValueError(f"bad retry call {key}"), **arguments)
+
+
+def options_changed(self: Task[Any, Any], key: str) -> None:
+    """Break this task's own ``max_retries`` after the worker checked it, then fail."""
+    log(self, key)
+    type(self).max_retries = "3"  # type: ignore[assignment]
+    raise ValueError(f"options changed {key}")

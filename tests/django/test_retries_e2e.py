@@ -15,13 +15,14 @@ import pytest
 from celery import Celery
 from kombu import Connection
 
+from celery_outbox.exceptions import OutboxConfigError
 from celery_outbox.records import MessageStatus
 from celery_outbox.sweep_task import sweep_app
 from django_outbox.models import DeadLetter, OutboxMessage
 from tests.django.conftest import close_app
 from tests.django.helpers import database_url, postgres_only
 from tests.django.retry_tasks import FLAKY_BACKOFF, attempts, create_retry_app
-from tests.worker import WorkerProcess, wait_for
+from tests.worker import WorkerProcess, WorkerStartError, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]
 
@@ -56,7 +57,7 @@ def run(
     celery_worker_process: Callable[..., WorkerProcess],
 ) -> Iterator[Run]:
     output = tmp_path / "attempts.jsonl"
-    env = {
+    base_env = {
         "OUTBOX_TEST_BROKER": broker_url,
         "OUTBOX_TEST_QUEUE": broker_queue,
         "OUTBOX_TEST_OUTPUT": str(output),
@@ -64,15 +65,17 @@ def run(
     }
     app = create_retry_app(broker_url, broker_queue)
 
-    def start(conf: dict[str, Any] | None = None, **options: Any) -> WorkerProcess:
+    def start(
+        conf: dict[str, Any] | None = None, *, env: dict[str, str] | None = None, **options: Any
+    ) -> WorkerProcess:
         return celery_worker_process(
             "tests.django.retry_worker",
             queue=broker_queue,
-            env={**env, "OUTBOX_TEST_CONF": json.dumps(conf or {})},
+            env={**base_env, "OUTBOX_TEST_CONF": json.dumps(conf or {}), **(env or {})},
             **options,
         )
 
-    yield Run(app=app, queue=broker_queue, output=output, env=env, start=start)
+    yield Run(app=app, queue=broker_queue, output=output, env=base_env, start=start)
     close_app(app)
 
 
@@ -185,6 +188,59 @@ def test_task_killing_its_worker_becomes_a_dead_letter(run: Run) -> None:
     for n in range(5):
         run.app.tasks["retry.healthy"].delay(f"h{n}")
     run.wait_attempts("retry.healthy", 5)
+
+
+#: Bad options the issue saw lose tasks (issue 13, item 4), each on a task of its own.
+MISCONFIGURED = {
+    "retry.bad_backoff_tiny": {"retry_backoff": 1e-7},
+    "retry.bad_max_retries": {"max_retries": "3"},
+    "retry.bad_autoretry_for": {"autoretry_for": ["ProviderError"]},
+    "retry.bad_jitter": {"retry_jitter": "yes"},
+}
+
+
+def test_a_worker_with_bad_task_options_refuses_to_start(run: Run) -> None:
+    tasks = {**MISCONFIGURED, "retry.celery_idiom": {"retry_backoff": True, "retry_jitter": True}}
+    with pytest.raises(WorkerStartError) as caught:
+        run.start(ready_timeout=30.0, env={"OUTBOX_TEST_MISCONFIGURED": json.dumps(tasks)})
+    log = str(caught.value)
+    for name, options in MISCONFIGURED.items():
+        (option, value), *_ = options.items()
+        assert f"Task '{name}'" in log
+        assert f"{option}={value!r}" in log
+    assert "retry.celery_idiom" not in log  # Celery's retry_backoff=True is a base of 1 s
+
+
+def test_a_dispatch_with_bad_task_options_is_refused(run: Run) -> None:
+    app = create_retry_app(run.env["OUTBOX_TEST_BROKER"], run.queue, misconfigured=MISCONFIGURED)
+    try:
+        for name, options in MISCONFIGURED.items():
+            with pytest.raises(OutboxConfigError, match=f"'{name}'.*{next(iter(options))}="):
+                app.tasks[name].delay("x")
+        app.tasks["retry.always"].delay("fine")  # the other tasks dispatch as before
+    finally:
+        close_app(app)
+    assert not OutboxMessage.objects.filter(task_name__in=MISCONFIGURED).exists()
+
+
+def test_a_bad_option_found_at_failure_is_a_dead_letter_not_a_lost_task(run: Run) -> None:
+    run.start()
+    changed = run.app.tasks["retry.options_changed"].delay("o").id
+    bad_max = run.app.tasks["retry.bad_retry_call"].delay("m", {"max_retries": "3"}).id
+    bad_countdown = run.app.tasks["retry.bad_retry_call"].delay("c", {"countdown": "soon"}).id
+    wait_for(lambda: DeadLetter.objects.count() >= 3, timeout=20, what="three dead letters")
+    time.sleep(1.0)
+    letters = {letter.task_id: letter for letter in DeadLetter.objects.all()}
+    assert set(letters) == {changed, bad_max, bad_countdown}
+    for task_id, text in [
+        (changed, "max_retries='3'"),
+        (bad_max, "max_retries='3'"),
+        (bad_countdown, "countdown='soon'"),
+    ]:
+        assert letters[task_id].exception_type == "celery_outbox.exceptions.OutboxConfigError"
+        assert text in letters[task_id].exception_message
+        assert "ValueError" in letters[task_id].exception_message
+    assert sorted(a["key"] for a in run.attempts()) == ["c", "m", "o"]  # each ran once
 
 
 def queue_length(run: Run) -> int:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 import pytest
 from django.db import transaction
 
+from celery_outbox.exceptions import StoreDataError
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter
 from django_outbox.models import DeadLetter, OutboxMessage
 from tests.contract.factories import written
@@ -109,3 +112,18 @@ def test_using_selects_the_database_and_its_transaction(
     letter_id = store.add_dead_letter(letter(now), using="other")
     assert store.get_dead_letter(letter_id, using="other") is not None
     assert store.get_dead_letter(letter_id) is None
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "fields",
+    [{"args": [math.nan]}, {"kwargs": {"k": "\ud800"}}, {"exception_message": "nul\x00"}],
+    ids=["nan", "surrogate", "nul"],
+)
+def test_a_value_the_database_refuses_is_a_store_data_error(
+    store: Any, now: datetime, fields: dict[str, Any]
+) -> None:
+    # Not an outage: the worker stores the letter escaped instead of retrying the write.
+    with pytest.raises(StoreDataError):
+        store.add_dead_letter(replace(letter(now), **fields))
+    assert not DeadLetter.objects.exists()

@@ -9,8 +9,8 @@ import pytest
 from celery import Celery
 
 from celery_outbox import OutboxRetry, OutboxTask
-from celery_outbox.exceptions import OutboxConfigError
-from celery_outbox.retrying import Outcome, RetryOptions, decide, options_from_task
+from celery_outbox.retrying import Outcome, decide
+from celery_outbox.task_options import RetryOptions, options_from_task
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -134,16 +134,3 @@ def test_explicit_delays_and_negative_countdown() -> None:
         countdown=-5,
         explicit=True,
     ).delay == timedelta(0)
-
-
-@pytest.mark.parametrize(
-    ("attrs", "name"),
-    [
-        ({"retry_backoff": "1"}, "retry_backoff"),
-        ({"retry_backoff_max": 0}, "retry_backoff_max"),
-        ({"autoretry_for": (ValueError, "x")}, "autoretry_for"),
-    ],
-)
-def test_bad_task_options_are_named(attrs: dict[str, object], name: str) -> None:
-    with pytest.raises(OutboxConfigError, match=f"t.x.{name}"):
-        options(**attrs)

@@ -1,0 +1,119 @@
+"""Dead letters every store can hold, whatever the failed task was given or raised.
+
+JSON columns refuse NaN and Infinity (PostgreSQL ``jsonb``, SQLite's ``JSON_VALID``),
+text columns refuse NUL, and no UTF-8 column takes a lone surrogate. A dead letter is
+written once, so it is escaped before it is written: such values become text
+(``"NaN"``, ``"Infinity"``, ``"\\u0000"``, ``"\\udc80"``), and the original of each
+escaped field is kept as JSON text (ASCII, so storable anywhere) under
+``options["original"]``, from which a requeue restores the task's real arguments.
+When even the escaped letter is refused, :func:`minimal_letter` keeps the task's name,
+id and the reason, and marks the letter ``incomplete`` so it is never requeued without
+its arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from celery_outbox.records import NewDeadLetter
+
+#: Key of ``NewDeadLetter.options`` holding the originals of the escaped fields.
+ORIGINAL_KEY = "original"
+#: Key under :data:`ORIGINAL_KEY` set on a letter stored without its arguments.
+INCOMPLETE_KEY = "incomplete"
+#: The text each non-finite float becomes.
+NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+#: Longest text kept in a minimal letter's fields (the columns hold 255 characters).
+SHORT_TEXT = 255
+#: Longest reason kept in a minimal letter's message.
+LONG_TEXT = 2000
+
+_JSON_FIELDS = ("args", "kwargs", "options")
+_TEXT_FIELDS = ("task_id", "task_name", "exception_type", "exception_message", "traceback")
+
+
+def storable_text(text: str) -> str:
+    """``text`` without NUL or lone surrogates (written as ``\\u0000``, ``\\udXXX``)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\u0000")
+
+
+def storable_json(value: Any) -> Any:
+    """``value`` (plain JSON data) with every non-finite float and bad string as text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return NON_FINITE.get(value, "NaN")
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, (list, tuple)):
+        return [storable_json(item) for item in value]
+    if isinstance(value, Mapping):
+        return {storable_text(str(key)): storable_json(item) for key, item in value.items()}
+    return value
+
+
+def original_text(value: Any) -> str:
+    """``value`` as ASCII JSON text that keeps NaN, Infinity, NUL and lone surrogates."""
+    return json.dumps(value, ensure_ascii=True, allow_nan=True, default=repr)
+
+
+def escape_letter(letter: NewDeadLetter) -> NewDeadLetter:
+    """``letter`` as every store can hold it; unchanged when nothing needed escaping."""
+    escaped: dict[str, Any] = {f: storable_json(getattr(letter, f)) for f in _JSON_FIELDS}
+    escaped.update({f: storable_text(getattr(letter, f)) for f in _TEXT_FIELDS})
+    changed = {
+        name: original_text(getattr(letter, name))
+        for name, value in escaped.items()
+        if original_text(value) != original_text(getattr(letter, name))
+    }
+    if not changed:
+        return letter
+    changed.pop("options", None)  # routing keys are escaped in place: nothing to restore
+    options = {**escaped.pop("options"), **({ORIGINAL_KEY: changed} if changed else {})}
+    return replace(letter, **escaped, options=options)
+
+
+def minimal_letter(letter: NewDeadLetter, error: BaseException) -> NewDeadLetter:
+    """The least dead letter of ``letter``: its task, its id and why it is not whole.
+
+    For when the store refused even the escaped letter (``error``): the arguments are
+    dropped (the worker logs them) and the letter is marked ``incomplete``.
+    """
+    reason = storable_text(
+        f"The dead letter could not be stored whole ({type(error).__name__}: {error}); "
+        f"its arguments were logged by the worker. The task failed with "
+        f"{letter.exception_type}: {letter.exception_message}"
+    )[:LONG_TEXT]
+    return replace(
+        letter,
+        task_id=storable_text(letter.task_id)[:SHORT_TEXT],
+        task_name=storable_text(letter.task_name)[:SHORT_TEXT],
+        args=[],
+        kwargs={},
+        options={ORIGINAL_KEY: {INCOMPLETE_KEY: reason}},
+        exception_type=storable_text(letter.exception_type)[:SHORT_TEXT],
+        exception_message=reason,
+        traceback="",
+    )
+
+
+def is_incomplete(options: Mapping[str, Any]) -> bool:
+    """Whether a letter with these ``options`` was stored without its arguments."""
+    original = options.get(ORIGINAL_KEY)
+    return isinstance(original, Mapping) and INCOMPLETE_KEY in original
+
+
+def original_arguments(
+    args: list[Any], kwargs: dict[str, Any], options: Mapping[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """A stored letter's arguments as the task was given them (escaped ones restored)."""
+    original = options.get(ORIGINAL_KEY)
+    if not isinstance(original, Mapping):
+        return args, kwargs
+    if isinstance(original.get("args"), str):
+        args = json.loads(original["args"])
+    if isinstance(original.get("kwargs"), str):
+        kwargs = json.loads(original["kwargs"])
+    return args, kwargs

@@ -1,0 +1,93 @@
+"""Dead letters escaped so every store can hold them; originals kept and restored."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+from celery_outbox.escaping import (
+    escape_letter,
+    is_incomplete,
+    minimal_letter,
+    original_arguments,
+    storable_json,
+    storable_text,
+)
+from celery_outbox.exceptions import StoreDataError
+from celery_outbox.records import NewDeadLetter
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def letter(**fields: Any) -> NewDeadLetter:
+    values: dict[str, Any] = {
+        "task_id": "id-1",
+        "task_name": "shop.send",
+        "args": [1, "a"],
+        "kwargs": {"k": 2.5},
+        "options": {"queue": "q"},
+        "exception_type": "builtins.ValueError",
+        "exception_message": "boom",
+        "traceback": "Traceback ...",
+        "retries": 0,
+        "first_failed_at": NOW,
+        "failed_at": NOW,
+        **fields,
+    }
+    return NewDeadLetter(**values)
+
+
+def test_storable_text_escapes_nul_and_lone_surrogates_only() -> None:
+    assert storable_text("a\x00b") == "a\\u0000b"
+    assert storable_text("x\ud800y") == "x\\ud800y"
+    assert storable_text("héllo 🎉") == "héllo 🎉"
+
+
+def test_storable_json_turns_non_finite_floats_into_text() -> None:
+    value = {"n": math.nan, "i": [math.inf, -math.inf, 1.5], "s\x00": "\udc80"}
+    assert storable_json(value) == {
+        "n": "NaN",
+        "i": ["Infinity", "-Infinity", 1.5],
+        "s\\u0000": "\\udc80",
+    }
+    json.dumps(storable_json(value), allow_nan=False).encode("utf-8")  # strict JSON, UTF-8
+
+
+def test_a_clean_letter_is_unchanged() -> None:
+    clean = letter()
+    assert escape_letter(clean) is clean
+
+
+def test_escaped_fields_keep_their_originals_as_text() -> None:
+    bad = letter(args=[math.nan, "\ud800"], kwargs={"x": math.inf}, exception_message="nul\x00")
+    escaped = escape_letter(bad)
+    assert escaped.args == ["NaN", "\\ud800"]
+    assert escaped.kwargs == {"x": "Infinity"}
+    assert escaped.exception_message == "nul\\u0000"
+    assert escaped.options["queue"] == "q"
+    original = escaped.options["original"]
+    assert set(original) == {"args", "kwargs", "exception_message"}
+    assert json.loads(original["exception_message"]) == "nul\x00"
+    args, kwargs = original_arguments(escaped.args, escaped.kwargs, escaped.options)
+    assert math.isnan(args[0])
+    assert args[1] == "\ud800"
+    assert kwargs == {"x": math.inf}
+    json.dumps(escaped.options, allow_nan=False).encode("utf-8")
+
+
+def test_original_arguments_of_a_letter_never_escaped_are_its_own() -> None:
+    assert original_arguments([1], {"a": 2}, {"queue": "q"}) == ([1], {"a": 2})
+
+
+def test_the_minimal_letter_keeps_task_id_and_reason_and_is_incomplete() -> None:
+    full = escape_letter(letter(task_name="t" * 300, args=["x" * 10_000]))
+    minimal = minimal_letter(full, StoreDataError("value too long"))
+    assert (minimal.args, minimal.kwargs, minimal.traceback) == ([], {}, "")
+    assert minimal.task_id == "id-1"
+    assert len(minimal.task_name) == 255
+    assert "value too long" in minimal.exception_message
+    assert "builtins.ValueError: boom" in minimal.exception_message
+    assert is_incomplete(minimal.options)
+    assert not is_incomplete(full.options)
