@@ -98,13 +98,16 @@ def test_a_stalled_broker_costs_one_timeout_per_commit_and_loses_nothing(
     }
     celery_worker_process(APP_MODULE, queue=broker_queue, env=env)
     try:
-        assert _commit(app, store, 0, 1) < MAX_COMMIT_SECONDS  # a live connection, then:
+        baseline = _commit(app, store, 0, TASKS)  # the broker answers; the connection stays
         scheme = "amqp" if broker_url.startswith("amqp") else "redis"
         proxy.stall(when=PUBLISH_BYTES[scheme] if stall == "publishes" else b"")
         on_live = _commit(app, store, 100, TASKS)  # the held connection stops answering
         on_new = _commit(app, store, 200, TASKS)  # a new connection is accepted, then silent
         assert _rows_left(store) == 2 * TASKS  # nothing lost: all wait for the sweeper
-        took = f"commits took {on_live:.2f} s (live connection), {on_new:.2f} s (new one)"
+        took = (
+            f"stalled commits took {on_live:.2f} s (live connection), {on_new:.2f} s (new one);"
+            f" {baseline:.2f} s with the broker answering"
+        )
         assert max(on_live, on_new) < MAX_COMMIT_SECONDS, took
 
         proxy.resume()
@@ -116,7 +119,7 @@ def test_a_stalled_broker_costs_one_timeout_per_commit_and_loses_nothing(
             clock=lambda: utcnow() + timedelta(minutes=10),  # the rescheduled rows are due
         )
         wait_for(lambda: sweeper.sweep().published == 0 and _rows_left(store) == 0, timeout=30)
-        expected = {0, *range(100, 100 + TASKS), *range(200, 200 + TASKS)}
+        expected = {*range(TASKS), *range(100, 100 + TASKS), *range(200, 200 + TASKS)}
         wait_for(lambda: len(runs(output)) >= len(expected), timeout=30, what="every task")
         time.sleep(0.5)  # a duplicate would arrive now
         seen = Counter(run["order_id"] for run in runs(output))
