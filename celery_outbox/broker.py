@@ -43,9 +43,7 @@ class Deadline:
     clock: Callable[[], float] = field(default=time.monotonic, compare=False)
 
     @classmethod
-    def after(
-        cls, timeout: timedelta, *, clock: Callable[[], float] = time.monotonic
-    ) -> Deadline:
+    def after(cls, timeout: timedelta, *, clock: Callable[[], float] = time.monotonic) -> Deadline:
         """The deadline ``timeout`` from now."""
         return cls(at=clock() + timeout.total_seconds(), timeout=timeout, clock=clock)
 
@@ -89,7 +87,8 @@ def connect(app: Celery, deadline: Deadline) -> Connection:
         transport_options={"confirm_publish": True, "max_retries": 0},
     )
     try:
-        conn.transport_options.update(socket_bounds(conn.transport.driver_name, seconds))
+        bounds = socket_bounds(conn.transport.driver_name, seconds)
+        conn.transport_options = {**(conn.transport_options or {}), **bounds}
         conn.ensure_connection(max_retries=0, timeout=seconds)  # type: ignore[arg-type]
         bound(conn, deadline)
     except BaseException:

@@ -282,7 +282,7 @@ class Relay:
         headers = dict(options.get("headers") or {})
         if "compression" in options:
             headers["compression"] = options["compression"]
-        timeout = broker.bound(producer.connection, deadline)
+        timeout = broker.bound(self._local.connection, deadline)  # the producer's
         producer.publish(
             publish_body(message.payload, options),
             exchange=options.get("exchange", ""),

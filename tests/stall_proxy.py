@@ -122,9 +122,7 @@ class StallProxy:
                 self._links.append(link)
             pairs = [(client, upstream), (upstream, client)] if upstream else [(client, None)]
             for source, sink in pairs:
-                thread = threading.Thread(
-                    target=self._pump, args=(link, source, sink), daemon=True
-                )
+                thread = threading.Thread(target=self._pump, args=(link, source, sink), daemon=True)
                 link.threads.append(thread)
                 thread.start()
 

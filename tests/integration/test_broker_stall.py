@@ -30,6 +30,8 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
+from celery_outbox import broker
+from celery_outbox.broker import Deadline
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.registry import relay_for
@@ -130,3 +132,22 @@ def test_a_stalled_broker_costs_one_timeout_per_commit_and_loses_nothing(
         relay_for(app).close()
         app.close()
         engine.dispose()
+
+
+def test_the_socket_bounds_reach_the_broker_driver(broker_url: str) -> None:
+    # Each transport ignores option names it does not know: check the driver got ours.
+    app = Celery("stall-bounds", broker=broker_url, set_as_current=False)
+    conn = broker.connect(app, Deadline.after(timedelta(seconds=PUBLISH_TIMEOUT)))
+    try:
+        if conn.transport.driver_name == broker.PY_AMQP:
+            amqp_connection = conn.connection
+            assert 0 < amqp_connection.sock.gettimeout() <= PUBLISH_TIMEOUT
+            assert 0 < amqp_connection.read_timeout <= PUBLISH_TIMEOUT
+            assert 0 < amqp_connection.write_timeout <= PUBLISH_TIMEOUT
+        else:
+            kwargs = conn.default_channel.pool.connection_kwargs
+            assert 0 < kwargs["socket_timeout"] <= PUBLISH_TIMEOUT
+            assert 0 < kwargs["socket_connect_timeout"] <= PUBLISH_TIMEOUT
+    finally:
+        broker.discard(conn)
+        app.close()
