@@ -3,8 +3,9 @@
 A broker can accept a connection and then stop answering (a frozen process, a RabbitMQ
 resource alarm, Redis ``CLIENT PAUSE``). A publish pass therefore runs against a
 :class:`Deadline` of ``outbox_publish_timeout``: a connection is opened with the time left,
-its socket waits are bounded per transport, no step starts once the time is spent, and a
-connection that failed is dropped without talking to the broker again.
+its socket waits are bounded per transport, no step starts once the time is spent, a
+timeout ends the pass, and a connection that failed is dropped without talking to the
+broker again.
 
 This module is the one place that leans on kombu's and py-amqp's internals (transport
 option names, the py-amqp socket); ``tests/unit/test_broker.py`` fails loudly when an
@@ -31,12 +32,17 @@ _MAX_CHAIN = 8
 
 
 class PublishDeadlineError(TimeoutError):
-    """This publish pass spent its ``outbox_publish_timeout``; the row was not tried."""
+    """The broker accepted nothing for ``outbox_publish_timeout``; the row was not tried."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class Deadline:
-    """The moment (on a monotonic clock) that a publish pass must not wait past."""
+    """The moment (on a monotonic clock) that a publish pass gives up on its broker.
+
+    It lies ``timeout`` after the start of the pass, or after the broker last accepted a
+    message (:meth:`progressed`): a stalled broker is waited for once, at most
+    ``timeout``, while a pass of many rows to a broker that keeps answering is never cut.
+    """
 
     at: float
     timeout: timedelta
@@ -46,6 +52,10 @@ class Deadline:
     def after(cls, timeout: timedelta, *, clock: Callable[[], float] = time.monotonic) -> Deadline:
         """The deadline ``timeout`` from now."""
         return cls(at=clock() + timeout.total_seconds(), timeout=timeout, clock=clock)
+
+    def progressed(self) -> None:
+        """The broker accepted a message: the next wait may last ``timeout`` again."""
+        self.at = self.clock() + self.timeout.total_seconds()
 
     def remaining(self) -> float:
         """Seconds left, never below zero."""
@@ -63,7 +73,7 @@ class Deadline:
         if left <= 0:
             seconds = self.timeout.total_seconds()
             raise PublishDeadlineError(
-                f"not tried: the publish pass spent its {seconds:g} s (outbox_publish_timeout)"
+                f"not tried: the broker accepted nothing for {seconds:g} s (outbox_publish_timeout)"
             )
         return left
 

@@ -212,7 +212,8 @@ class Relay:
                 pending.append(message)
         if not pending:
             return [], {}, fatal
-        # One deadline for the whole pass: a stalled broker costs one wait, not one per row.
+        # One deadline for the pass, renewed only when the broker accepts a message: a
+        # stalled broker costs one wait, not one per row.
         deadline = self._deadline()
         try:
             producer = self._producer(deadline)
@@ -297,6 +298,7 @@ class Relay:
             confirm_timeout=timeout,
             **self._properties(options, headers),
         )
+        deadline.progressed()
 
     def _properties(self, options: dict[str, Any] | Any, headers: dict[str, Any]) -> dict[str, Any]:
         properties = dict(options.get("properties") or {})

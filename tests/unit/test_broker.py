@@ -42,6 +42,16 @@ def test_a_deadline_counts_down_and_refuses_once_spent() -> None:
         deadline.check()
 
 
+def test_a_deadline_starts_again_when_the_broker_accepts_a_message() -> None:
+    clock = FakeClock()
+    deadline = Deadline.after(timedelta(seconds=1), clock=clock)
+    for _ in range(5):  # a long pass to a broker that keeps answering is never cut
+        clock.now += 0.9
+        assert deadline.check() == pytest.approx(0.1)
+        deadline.progressed()
+    assert deadline.remaining() == 1.0
+
+
 def test_a_spent_deadline_opens_no_connection() -> None:
     clock = FakeClock()
     deadline = Deadline.after(timedelta(seconds=1), clock=clock)
