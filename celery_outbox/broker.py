@@ -167,7 +167,7 @@ def timed_out(exc: BaseException) -> bool:
 
 
 def close(conn: Connection, deadline: Deadline) -> None:
-    """Close ``conn`` gracefully within about the time left, else drop it."""
+    """Close ``conn`` gracefully, each goodbye awaited at most the time left; else drop it."""
     try:
         bound(conn, deadline)
         conn.release()
