@@ -15,7 +15,9 @@ from typing import Any
 from celery import Celery
 from kombu import Connection, Producer
 
+from celery_outbox import broker
 from celery_outbox.backoff import BackoffPolicy
+from celery_outbox.broker import Deadline
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import decode_body, publish_body
@@ -47,10 +49,11 @@ class _Unpublishable(Exception):
 class Relay:
     """Publishes claimed rows through one broker connection per thread.
 
-    The connection is bounded by ``outbox_publish_timeout`` and never loops on a
-    broker that is down: the rows are already safe in the outbox, and the sweeper
-    tries again later. With RabbitMQ, publisher confirms are on: a row is marked
-    only once the broker accepted its message.
+    Each publish pass waits at most about ``outbox_publish_timeout`` in all, whatever
+    the number of rows and the transport (:mod:`celery_outbox.broker`), and never loops
+    on a broker that is down or stalled: the rows are already safe in the outbox, and
+    the sweeper tries again later. With RabbitMQ, publisher confirms are on: a row is
+    marked only once the broker accepted its message.
     """
 
     #: Pipeline each claim's messages where the transport can (Redis): one round trip
@@ -188,20 +191,33 @@ class Relay:
     def publish_message(self, message: NewMessage) -> None:
         """Publish one message now, bypassing the table (short retry waits).
 
-        Raises whatever the broker raised; the caller parks the message instead.
+        Raises whatever the broker raised, within about ``outbox_publish_timeout``; the
+        caller parks the message instead.
         """
+        deadline = self._deadline()
         try:
-            self._publish_one(self._producer(), message)
+            self._publish_one(self._producer(deadline), message, deadline)
         except Exception:
-            self.close()
+            self._discard()
             raise
 
     def close(self) -> None:
-        """Release this thread's broker connection."""
+        """Release this thread's broker connection (each of the broker's goodbyes is
+        awaited at most ``outbox_publish_timeout``)."""
         conn = getattr(self._local, "connection", None)
         self._local.connection = None
         if conn is not None:
-            conn.release()
+            broker.close(conn, self._deadline())
+
+    def _discard(self) -> None:
+        # After a failure: drop the connection without waiting for a stalled broker.
+        conn = getattr(self._local, "connection", None)
+        self._local.connection = None
+        if conn is not None:
+            broker.discard(conn)
+
+    def _deadline(self) -> Deadline:
+        return Deadline.after(self.config.publish_timeout)
 
     # -- sending --------------------------------------------------------------------
     def _send_in_parts(
@@ -246,49 +262,60 @@ class Relay:
                 pending.append(message)
         if not pending:
             return [], {}, fatal
+        # One deadline for the pass, renewed only when the broker accepts a message: a
+        # stalled broker costs one wait, not one per row.
+        deadline = self._deadline()
         try:
-            producer = self._producer()
+            producer = self._producer(deadline)
         except Exception as exc:  # noqa: BLE001 - unreachable broker: every row waits
-            self.close()
+            self._discard()
             return [], {m.id: _describe(exc) for m in pending}, fatal
         if self.batch_publish and _batches(producer):
-            published, failed = self._publish_batch(producer, pending)
+            published, failed = self._publish_batch(producer, pending, deadline)
         else:
-            published, failed = self._publish_each(pending)
+            published, failed = self._publish_each(pending, deadline)
         return published, failed, fatal
 
     def _publish_batch(
-        self, producer: Producer, pending: list[StoredMessage]
+        self, producer: Producer, pending: list[StoredMessage], deadline: Deadline
     ) -> tuple[list[int], dict[int, str]]:
         # The transport pipelines (Redis): the whole claim goes out in one round trip
         # instead of one per message. max_size keeps kombu from flushing part of it
         # early, so on any error nothing was sent, or the flush failed and delivery is
-        # uncertain: either way publish the rows again one by one (at least once).
+        # uncertain: either way publish the rows again one by one (at least once), in
+        # the time the pass has left. A timeout means the broker stalls: no fallback.
         try:
             size = _COMMANDS_PER_MESSAGE * len(pending)
             with producer.batch(max_size=size):  # type: ignore[attr-defined]
                 for message in pending:
-                    self._publish_one(producer, message)
-        except Exception:  # noqa: BLE001 - fall back: each row succeeds or fails alone
-            self.close()
-            return self._publish_each(pending)
+                    self._publish_one(producer, message, deadline)
+        except Exception as exc:  # noqa: BLE001 - fall back: each row succeeds or fails alone
+            self._discard()
+            if broker.timed_out(exc):
+                return [], {m.id: _describe(exc) for m in pending}
+            return self._publish_each(pending, deadline)
         return [m.id for m in pending], {}
 
-    def _publish_each(self, pending: list[StoredMessage]) -> tuple[list[int], dict[int, str]]:
+    def _publish_each(
+        self, pending: list[StoredMessage], deadline: Deadline
+    ) -> tuple[list[int], dict[int, str]]:
         published: list[int] = []
         failed: dict[int, str] = {}
         for index, message in enumerate(pending):
             try:
-                producer = self._producer()
+                producer = self._producer(deadline)
             except Exception as exc:  # noqa: BLE001 - unreachable broker: skip the rest
-                self.close()
+                self._discard()
                 failed.update((m.id, _describe(exc)) for m in pending[index:])
                 break
             try:
-                self._publish_one(producer, message)
+                self._publish_one(producer, message, deadline)
             except Exception as exc:  # noqa: BLE001 - any publish error: retry the row later
-                self.close()
+                self._discard()
                 failed[message.id] = _describe(exc)
+                if broker.timed_out(exc):  # stalled or out of time: the rest waits too
+                    failed.update((m.id, _describe(exc)) for m in pending[index + 1 :])
+                    break
             else:
                 published.append(message.id)
         return published, failed
@@ -308,12 +335,12 @@ class Relay:
         except Exception as exc:
             raise _Unpublishable(f"payload cannot be decoded: {_describe(exc)}") from exc
 
-    def _publish_one(self, producer: Producer, message: NewMessage) -> None:
+    def _publish_one(self, producer: Producer, message: NewMessage, deadline: Deadline) -> None:
         options = message.options
         headers = dict(options.get("headers") or {})
         if "compression" in options:
             headers["compression"] = options["compression"]
-        timeout = self.config.publish_timeout.total_seconds()
+        timeout = broker.bound(self._local.connection, deadline)  # the producer's
         producer.publish(
             publish_body(message.payload, options),
             exchange=options.get("exchange", ""),
@@ -328,6 +355,7 @@ class Relay:
             confirm_timeout=timeout,
             **self._properties(options, headers),
         )
+        deadline.progressed()
 
     def _properties(self, options: dict[str, Any] | Any, headers: dict[str, Any]) -> dict[str, Any]:
         properties = dict(options.get("properties") or {})
@@ -351,23 +379,17 @@ class Relay:
             queues.append(queue)
         return queues
 
-    def _producer(self) -> Producer:
+    def _producer(self, deadline: Deadline) -> Producer:
         conn: Connection | None = getattr(self._local, "connection", None)
-        timeout = self.config.publish_timeout.total_seconds()
+        if conn is not None and not conn.connected:
+            # Reopen rather than let kombu reconnect with the bounds of another pass.
+            self._discard()
+            conn = None
         if conn is None:
-            conn = self.app.connection_for_write(
-                connect_timeout=timeout,
-                transport_options={
-                    "confirm_publish": True,
-                    "socket_connect_timeout": timeout,
-                    "socket_timeout": timeout,
-                    "max_retries": 0,
-                },
-            )
+            conn = broker.connect(self.app, deadline)
             self._local.connection = conn
             self._local.producer = None
             self._local.bound_queues = {}
-        conn.ensure_connection(max_retries=0, timeout=timeout)  # type: ignore[arg-type]
         if self._local.producer is None:
             self._local.producer = self.app.amqp.Producer(conn, auto_declare=False)
         producer: Producer = self._local.producer

@@ -65,9 +65,9 @@ def slow_down(relay: Any, delay: float) -> None:
     relay.batch_publish = False
     publish_one = relay._publish_one
 
-    def slow(producer: Any, message: Any) -> None:
+    def slow(*args: Any) -> None:
         time.sleep(delay)
-        publish_one(producer, message)
+        publish_one(*args)
 
     relay._publish_one = slow
 

@@ -1,0 +1,175 @@
+"""Broker connections whose every wait ends by one deadline: one bounded wait per publish.
+
+A broker can accept a connection and then stop answering (a frozen process, a RabbitMQ
+resource alarm, Redis ``CLIENT PAUSE``). A publish pass therefore runs against a
+:class:`Deadline` of ``outbox_publish_timeout``: a connection is opened with the time left,
+its socket waits are bounded per transport, no step starts once the time is spent, a
+timeout ends the pass, and a connection that failed is dropped without talking to the
+broker again.
+
+This module is the one place that leans on kombu's and py-amqp's internals (transport
+option names, the py-amqp socket); ``tests/unit/test_broker.py`` fails loudly when an
+upgrade moves them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from celery import Celery
+from kombu import Connection
+
+#: kombu ``driver_name`` of the py-amqp transport (``amqp://``, ``pyamqp://``).
+PY_AMQP = "py-amqp"
+#: kombu ``driver_name`` of the Redis transports (``redis://``, ``rediss://``, sentinel).
+REDIS = "redis"
+#: How many wrapped errors :func:`timed_out` looks through.
+_MAX_CHAIN = 8
+
+
+class PublishDeadlineError(TimeoutError):
+    """The broker accepted nothing for ``outbox_publish_timeout``; the row was not tried."""
+
+
+@dataclass(kw_only=True)
+class Deadline:
+    """The moment (on a monotonic clock) that a publish pass gives up on its broker.
+
+    It lies ``timeout`` after the start of the pass, or after the broker last accepted a
+    message (:meth:`progressed`): a stalled broker is waited for once, at most
+    ``timeout``, while a pass of many rows to a broker that keeps answering is never cut.
+    """
+
+    at: float
+    timeout: timedelta
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False)
+
+    @classmethod
+    def after(cls, timeout: timedelta, *, clock: Callable[[], float] = time.monotonic) -> Deadline:
+        """The deadline ``timeout`` from now."""
+        return cls(at=clock() + timeout.total_seconds(), timeout=timeout, clock=clock)
+
+    def progressed(self) -> None:
+        """The broker accepted a message: the next wait may last ``timeout`` again."""
+        self.at = self.clock() + self.timeout.total_seconds()
+
+    def remaining(self) -> float:
+        """Seconds left, never below zero."""
+        return max(self.at - self.clock(), 0.0)
+
+    def check(self) -> float:
+        """Seconds left for the next wait.
+
+        Raises
+        ------
+        PublishDeadlineError
+            No time is left.
+        """
+        left = self.remaining()
+        if left <= 0:
+            seconds = self.timeout.total_seconds()
+            raise PublishDeadlineError(
+                f"not tried: the broker accepted nothing for {seconds:g} s (outbox_publish_timeout)"
+            )
+        return left
+
+
+def connect(app: Celery, deadline: Deadline) -> Connection:
+    """A new connection to ``app``'s write broker, opened within the time left.
+
+    Every later socket wait on it is bounded by that time too (:func:`socket_bounds`):
+    a broker that accepts and then stalls costs at most what was left.
+
+    Raises
+    ------
+    PublishDeadlineError
+        No time is left.
+    Exception
+        Whatever the transport raised; the half-open connection is dropped first.
+    """
+    seconds = deadline.check()
+    conn = app.connection_for_write(
+        connect_timeout=seconds,
+        transport_options={"confirm_publish": True, "max_retries": 0},
+    )
+    try:
+        bounds = socket_bounds(conn.transport.driver_name, seconds)
+        conn.transport_options = {**(conn.transport_options or {}), **bounds}
+        conn.ensure_connection(max_retries=0, timeout=seconds)  # type: ignore[arg-type]
+        bound(conn, deadline)
+    except BaseException:
+        discard(conn)
+        raise
+    return conn
+
+
+def socket_bounds(driver_name: str, seconds: float) -> dict[str, Any]:
+    """The transport options that bound each socket wait of a transport to ``seconds``.
+
+    Each transport spells them its own way, and ignores the others' names silently:
+    py-amqp takes ``read_timeout``/``write_timeout`` (not ``socket_timeout``), Redis takes
+    ``socket_timeout``/``socket_connect_timeout``. Other transports get none.
+    """
+    if driver_name == PY_AMQP:
+        return {"read_timeout": seconds, "write_timeout": seconds}
+    if driver_name == REDIS:
+        return {"socket_timeout": seconds, "socket_connect_timeout": seconds}
+    return {}
+
+
+def bound(conn: Connection, deadline: Deadline) -> float:
+    """Bound the next socket waits of ``conn`` by the time left; return that time.
+
+    py-amqp waits frame by frame on one socket, and its ``read_timeout`` (``SO_RCVTIMEO``)
+    lets a frame cut in half wait forever: its socket gets a timeout of its own, renewed
+    before each step. Redis's waits are bounded per connection (:func:`socket_bounds`);
+    a pass starts them at once (one pipeline), or on a connection it opened itself.
+
+    Raises
+    ------
+    PublishDeadlineError
+        No time is left.
+    """
+    seconds = deadline.check()
+    if conn.transport.driver_name == PY_AMQP and conn.connected:
+        conn.connection.sock.settimeout(seconds)
+    return seconds
+
+
+def discard(conn: Connection) -> None:
+    """Drop ``conn`` without waiting for the broker (no close handshake).
+
+    A graceful close waits for the broker's answer (py-amqp's ``channel.close`` and
+    ``connection.close``), which a stalled broker never sends; kombu's ``collect`` closes
+    the sockets only.
+    """
+    conn.collect()
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` or an error it wraps is a timeout: the broker stalls, or the time is up.
+
+    kombu wraps transport errors (``OperationalError`` from the cause), and redis-py's
+    ``redis.exceptions.TimeoutError`` is no builtin ``TimeoutError``: it is known by name.
+    """
+    seen: BaseException | None = exc
+    for _ in range(_MAX_CHAIN):
+        if seen is None:
+            return False
+        if isinstance(seen, TimeoutError) or type(seen).__name__ == "TimeoutError":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def close(conn: Connection, deadline: Deadline) -> None:
+    """Close ``conn`` gracefully, each goodbye awaited at most the time left; else drop it."""
+    try:
+        bound(conn, deadline)
+        conn.release()
+    except Exception:  # noqa: BLE001 - a connection that cannot say goodbye is dropped
+        discard(conn)

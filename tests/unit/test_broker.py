@@ -1,0 +1,131 @@
+"""The publish deadline, and the kombu / py-amqp / redis-py internals that broker.py leans on.
+
+The second half is the upgrade alarm: if one of these names moves, a socket wait of the relay
+is no longer bounded (a stalled broker hangs the commit) and these tests say which one.
+"""
+
+from __future__ import annotations
+
+import inspect
+from datetime import timedelta
+
+import amqp
+import pytest
+from celery import Celery
+from kombu import Connection
+from kombu.transport import pyamqp
+
+from celery_outbox import broker
+from celery_outbox.broker import Deadline, PublishDeadlineError
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_deadline_counts_down_and_refuses_once_spent() -> None:
+    clock = FakeClock()
+    deadline = Deadline.after(timedelta(seconds=1.5), clock=clock)
+
+    assert deadline.check() == 1.5
+    clock.now += 1.0
+    assert deadline.remaining() == pytest.approx(0.5)
+    clock.now += 0.7
+    assert deadline.remaining() == 0.0
+    with pytest.raises(PublishDeadlineError, match=r"1\.5 s \(outbox_publish_timeout\)"):
+        deadline.check()
+
+
+def test_a_deadline_starts_again_when_the_broker_accepts_a_message() -> None:
+    clock = FakeClock()
+    deadline = Deadline.after(timedelta(seconds=1), clock=clock)
+    for _ in range(5):  # a long pass to a broker that keeps answering is never cut
+        clock.now += 0.9
+        assert deadline.check() == pytest.approx(0.1)
+        deadline.progressed()
+    assert deadline.remaining() == 1.0
+
+
+def test_a_spent_deadline_opens_no_connection() -> None:
+    clock = FakeClock()
+    deadline = Deadline.after(timedelta(seconds=1), clock=clock)
+    clock.now += 1
+
+    app = Celery("broker-unit", broker="memory://", set_as_current=False)
+    with pytest.raises(PublishDeadlineError):
+        broker.connect(app, deadline)
+
+
+def test_socket_bounds_use_each_transports_own_names() -> None:
+    assert broker.socket_bounds("py-amqp", 0.5) == {"read_timeout": 0.5, "write_timeout": 0.5}
+    assert broker.socket_bounds("redis", 0.5) == {
+        "socket_timeout": 0.5,
+        "socket_connect_timeout": 0.5,
+    }
+    assert broker.socket_bounds("memory", 0.5) == {}
+
+
+def test_timeouts_are_recognised_through_kombus_wrapping() -> None:
+    pytest.importorskip("redis")
+    from kombu.exceptions import OperationalError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    def wrapped(cause: BaseException) -> OperationalError:
+        try:
+            raise OperationalError(str(cause)) from cause
+        except OperationalError as exc:
+            return exc
+
+    assert broker.timed_out(wrapped(RedisTimeoutError("Timeout reading from socket")))
+    assert broker.timed_out(wrapped(TimeoutError("timed out")))  # py-amqp's socket.timeout
+    assert broker.timed_out(PublishDeadlineError("spent"))
+    assert not broker.timed_out(wrapped(RedisConnectionError("refused")))
+    assert not broker.timed_out(ValueError("bad"))
+
+
+# -- the internals (upgrade alarm) -----------------------------------------------------------
+
+
+def test_kombu_names_its_transports_as_broker_py_expects() -> None:
+    assert pyamqp.Transport.driver_name == broker.PY_AMQP
+    assert Connection("amqp://").transport.driver_name == broker.PY_AMQP
+    pytest.importorskip("redis")
+    assert Connection("redis://").transport.driver_name == broker.REDIS
+
+
+def test_py_amqp_bounds_reads_and_writes_by_these_names_and_ignores_others() -> None:
+    # kombu passes transport options to amqp.Connection as keywords; **kwargs swallows the
+    # names it does not know (socket_timeout was silently ignored that way).
+    params = inspect.signature(amqp.Connection.__init__).parameters
+    assert {"read_timeout", "write_timeout", "connect_timeout", "confirm_publish"} <= set(params)
+    assert "socket_timeout" not in params
+    assert isinstance(inspect.getattr_static(amqp.Connection, "sock"), property)
+
+
+def test_kombus_redis_channel_reads_these_socket_options() -> None:
+    pytest.importorskip("redis")
+    from kombu.transport import redis as kombu_redis
+
+    options = kombu_redis.Channel.from_transport_options
+    assert {"socket_timeout", "socket_connect_timeout"} <= set(options)
+
+
+def test_redis_timeouts_are_named_timeout_error() -> None:
+    pytest.importorskip("redis")
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    assert RedisTimeoutError.__name__ == "TimeoutError"
+
+
+def test_kombu_can_drop_a_connection_without_a_close_handshake() -> None:
+    # collect() closes the sockets only; py-amqp's transport implements it as _collect.
+    assert callable(Connection.collect)
+    assert callable(pyamqp.Transport._collect)
+    assert callable(amqp.Connection.collect)
