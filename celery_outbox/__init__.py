@@ -1,13 +1,16 @@
 """celery-outbox: durable Celery dispatch and non-blocking retries.
 
 ``import celery_outbox`` never imports Django or SQLAlchemy: the SQLAlchemy store lives
-in :mod:`celery_outbox.sqlalchemy`, the Django app in :mod:`django_outbox`.
+in :mod:`celery_outbox.sqlalchemy`, the Django app in :mod:`django_outbox`. Every name
+of ``__all__`` is described in ``docs/api.md``; plumbing (``store_for``, ``relay_for``,
+``set_default_store``, ``celery_outbox.state.reset``) is imported from its module.
 """
 
 from __future__ import annotations
 
 from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.config import OutboxConfig
+from celery_outbox.dead_letters import discard, requeue
 from celery_outbox.exceptions import (
     DeadLetterDiscarded,
     NoStoreConfigured,
@@ -19,9 +22,11 @@ from celery_outbox.exceptions import (
     ScheduleError,
     StoreDataError,
     StoreError,
+    TooManyDeliveries,
 )
 from celery_outbox.records import DeadLetterStatus, MessageStatus
-from celery_outbox.registry import install_store, set_default_store, store_for
+from celery_outbox.registry import install_store
+from celery_outbox.relay import Relay
 from celery_outbox.storage import OutboxStore
 from celery_outbox.sweep_task import SWEEP_TASK
 from celery_outbox.sweeper import Sweeper, SweepReport
@@ -41,14 +46,16 @@ __all__ = [
     "OutboxStore",
     "OutboxTask",
     "PayloadError",
+    "Relay",
     "RetriesExhausted",
     "ScheduleError",
     "StoreDataError",
     "StoreError",
     "SweepReport",
     "Sweeper",
+    "TooManyDeliveries",
+    "discard",
     "install_store",
-    "set_default_store",
-    "store_for",
+    "requeue",
 ]
 __version__ = "0.1.0"

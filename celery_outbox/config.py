@@ -11,6 +11,7 @@ from celery import Celery
 
 from celery_outbox.exceptions import OutboxConfigError
 from celery_outbox.rules import SHORTEST, Count, DottedPath, Flag, Rule, Seconds
+from celery_outbox.state import state_of
 
 #: Seconds in an hour and in a day (for the ranges below).
 HOUR = 3600.0
@@ -114,9 +115,9 @@ class OutboxConfig:
 
     @classmethod
     def from_celery(cls, app: Celery) -> OutboxConfig:
-        """Read and validate the settings of a Celery app (cached on the app)."""
-        cached: OutboxConfig | None = getattr(app, "_outbox_config", None)
-        if cached is None:
-            cached = cls.from_mapping({key: app.conf.get(key, DEFAULTS[key]) for key in DEFAULTS})
-            app._outbox_config = cached  # type: ignore[attr-defined]
-        return cached
+        """Read and validate the settings of a Celery app (once; see :mod:`celery_outbox.state`)."""
+        state = state_of(app)
+        if state.config is None:
+            conf = {key: app.conf.get(key, DEFAULTS[key]) for key in DEFAULTS}
+            state.config = cls.from_mapping(conf)
+        return state.config

@@ -1,10 +1,11 @@
 """Build a task message once, at call time, exactly as Celery would publish it.
 
 Celery's own ``Task.apply_async`` runs against a producer that captures the message
-instead of sending it: routing, headers, ETA/expiry, priorities, parent and root ids
-and the ``before_task_publish`` signal all stay Celery's. The body is serialised here,
-with the task's serializer, so a bad argument fails at the call site, inside the
-caller's transaction, and the stored message is published later without rebuilding it.
+instead of sending it (:func:`celery_outbox._compat.capture_message`): routing, headers,
+ETA/expiry, priorities, parent and root ids and the ``before_task_publish`` signal all
+stay Celery's. The body is serialised here, with the task's serializer, so a bad argument
+fails at the call site, inside the caller's transaction, and the stored message is
+published later without rebuilding it.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from __future__ import annotations
 import base64
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
-from typing import Any, cast
+from typing import Any
 
-from celery import Celery, Task
-from kombu import Connection
+from celery import Task
 from kombu.compression import compress
 from kombu.exceptions import EncodeError
 from kombu.serialization import dumps, loads, prepare_accept_content
 
+from celery_outbox._compat import capture_message
 from celery_outbox.exceptions import PayloadError
 from celery_outbox.inflation import check_compression, inflate
 from celery_outbox.limits import check_argument_depth, check_message, with_storable_reprs
@@ -28,53 +29,6 @@ from celery_outbox.schedule import as_datetime, check_schedule
 
 #: ``options["body_encoding"]`` of a payload stored as base64 (binary or compressed bodies).
 BODY_ENCODING_BASE64 = "base64"
-
-
-class _CapturingProducer:
-    """Stands in for a kombu ``Producer``: keeps the message Celery built."""
-
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-        self.serializer: str | None = None
-        self.body: Any = None
-        self.kwargs: dict[str, Any] = {}
-
-    def publish(self, body: Any, **kwargs: Any) -> None:
-        self.body, self.kwargs = body, kwargs
-
-
-def _unconnected_connection(app: Celery) -> Connection:
-    # Celery only enters ``connection._reraise_as_library_errors()``: nothing connects.
-    conn: Connection | None = getattr(app, "_outbox_capture_connection", None)
-    if conn is None:
-        conn = app.connection_for_write()
-        app._outbox_capture_connection = conn  # type: ignore[attr-defined]
-    return conn
-
-
-def capture_message(
-    task: Task[Any, Any],
-    args: Sequence[Any] | None,
-    kwargs: Mapping[str, Any] | None,
-    *,
-    task_id: str,
-    options: Mapping[str, Any],
-) -> tuple[Any, dict[str, Any]]:
-    """Run Celery's ``apply_async`` for ``task`` against a capturing producer.
-
-    Returns the message body and the keyword arguments Celery would pass to
-    ``Producer.publish``.
-    """
-    producer = _CapturingProducer(_unconnected_connection(task.app))
-    Task.apply_async(
-        task,
-        tuple(args or ()),
-        dict(kwargs or {}),
-        task_id=task_id,
-        producer=cast(Any, producer),
-        **options,
-    )
-    return producer.body, producer.kwargs
 
 
 def serialise_body(

@@ -1,8 +1,9 @@
-"""Which store (and relay) a Celery app uses."""
+"""Which store (and relay) a Celery app uses: see :mod:`celery_outbox.state` for the order."""
 
 from __future__ import annotations
 
-import threading
+import inspect
+from typing import Any
 
 from celery import Celery
 from kombu.utils.imports import symbol_by_name
@@ -10,81 +11,96 @@ from kombu.utils.imports import symbol_by_name
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import NoStoreConfigured, OutboxConfigError
 from celery_outbox.relay import Relay
+from celery_outbox.state import default_store, set_default_store, state_of
 from celery_outbox.storage import OutboxStore
 
-_lock = threading.Lock()
-_default_store: OutboxStore | None = None
+__all__ = ["install_store", "load_store", "relay_for", "set_default_store", "store_for"]
 
-
-def set_default_store(store: OutboxStore | None) -> None:
-    """Install the store every app without one of its own uses (Django does this)."""
-    global _default_store
-    _default_store = store
+#: What ``outbox_store`` accepts, for error messages.
+_ACCEPTED = (
+    "Give the dotted path of a callable taking the Celery app and returning an "
+    "OutboxStore (such as 'proj.outbox.make_store'), or of an OutboxStore class with a "
+    "from_celery(app) classmethod or no required argument."
+)
 
 
 def install_store(app: Celery, store: OutboxStore) -> None:
-    """Make ``store`` the outbox store of ``app`` (and drop its cached relay)."""
-    app._outbox_store = store  # type: ignore[attr-defined]
-    app._outbox_relay = None  # type: ignore[attr-defined]
+    """Make ``store`` the outbox store of ``app`` (before ``outbox_store`` and the default)."""
+    state = state_of(app)
+    state.store, state.relay = store, None
 
 
 def store_for(app: Celery) -> OutboxStore:
-    """The store of ``app``: installed, named by ``outbox_store``, or the default.
+    """The store of ``app``: installed, built from ``outbox_store``, or the default.
 
     Raises
     ------
     NoStoreConfigured
         When there is none.
+    OutboxConfigError
+        When ``outbox_store`` names no usable factory.
     """
-    store: OutboxStore | None = getattr(app, "_outbox_store", None)
-    if store is not None:
-        return store
+    state = state_of(app)
+    if state.store is not None:
+        return state.store
     path = OutboxConfig.from_celery(app).store
     if path is not None:
-        with _lock:
-            if getattr(app, "_outbox_store", None) is None:
-                install_store(app, load_store(path, app))
-        return app._outbox_store  # type: ignore[attr-defined,no-any-return]
-    if _default_store is None:
+        with state.lock:
+            if state.store is None:
+                state.store = load_store(path, app)
+        return state.store
+    store = default_store()
+    if store is None:
         raise NoStoreConfigured()
-    return _default_store
+    return store
 
 
 def relay_for(app: Celery) -> Relay:
     """The relay publishing ``app``'s rows through its store (one per app and store)."""
-    store = store_for(app)
-    relay: Relay | None = getattr(app, "_outbox_relay", None)
+    store, state = store_for(app), state_of(app)
+    relay = state.relay
     if relay is None or relay.store is not store:
         relay = Relay(app, store=store, config=OutboxConfig.from_celery(app))
-        app._outbox_relay = relay  # type: ignore[attr-defined]
+        state.relay = relay
     return relay
 
 
 def load_store(path: str, app: Celery) -> OutboxStore:
-    """The store ``outbox_store=path`` gives for ``app`` (also run by Django's check).
+    """The store ``outbox_store=path`` builds for ``app`` (also run by Django's check).
+
+    ``path`` names a callable taking the app (``make_store(app)``); an
+    :class:`OutboxStore` class is built with ``from_celery(app)`` when it has that
+    classmethod, else with no argument.
 
     Raises
     ------
     OutboxConfigError
-        When ``path`` cannot be imported, cannot be called as documented, or does not
-        give an :class:`OutboxStore`.
+        Naming the setting, when ``path`` cannot be imported, building the store fails
+        (the cause chained), or it gives no :class:`OutboxStore`.
     """
     try:
         factory = symbol_by_name(path)
     except (ImportError, AttributeError, ValueError) as exc:
         raise OutboxConfigError(
-            f"outbox_store={path!r} cannot be imported: {exc}. Give the dotted path of an "
-            "OutboxStore subclass, or of a callable taking the Celery app and returning one."
+            f"outbox_store={path!r} cannot be imported: {exc}. {_ACCEPTED}"
         ) from exc
     try:
-        store = factory.from_celery(app) if hasattr(factory, "from_celery") else factory()
-    except (TypeError, ValueError) as exc:
+        store = _build(factory, app)
+    except Exception as exc:  # any failure of user code: name the setting, chain the cause
         raise OutboxConfigError(
-            f"outbox_store={path!r} could not be built ({exc}): give a class with a "
-            "from_celery(app) classmethod or no required argument, or a factory function."
+            f"outbox_store={path!r} could not be built ({type(exc).__name__}: {exc}). {_ACCEPTED}"
         ) from exc
     if not isinstance(store, OutboxStore):
         raise OutboxConfigError(
-            f"outbox_store={path!r} gave {type(store).__name__}, not an OutboxStore."
+            f"outbox_store={path!r} gave {type(store).__name__}, not an OutboxStore. {_ACCEPTED}"
         )
     return store
+
+
+def _build(factory: Any, app: Celery) -> Any:
+    if inspect.isclass(factory):
+        from_celery = getattr(factory, "from_celery", None)
+        return from_celery(app) if callable(from_celery) else factory()
+    if not callable(factory):
+        raise TypeError(f"{type(factory).__name__} is not callable")
+    return factory(app)

@@ -1,9 +1,12 @@
-"""The ``celery_outbox.sweep`` task and its beat entry, registered with every Celery app.
+"""The ``celery_outbox.sweep`` task and its beat entry, registered with apps using the outbox.
 
-Importing :mod:`celery_outbox` connects :func:`install_sweep` to Celery's app
-finalisation (as Celery's own ``celery.backend_cleanup`` is), so ``celery worker`` and
-``celery beat`` of any app know the task, and beat runs it every
-``outbox_sweep_interval`` unless ``outbox_beat_schedule`` is False. Beat schedulers
+Importing :mod:`celery_outbox` connects to Celery's app finalisation (as Celery's own
+``celery.backend_cleanup`` is), so ``celery worker`` and ``celery beat`` of an app that
+uses the outbox know the task, and beat runs it every ``outbox_sweep_interval`` unless
+``outbox_beat_schedule`` is False. An app uses the outbox (:func:`uses_outbox`) when it
+has a store (installed, named by ``outbox_store``, or the process default store
+``django_outbox`` sets) or registers an :class:`~celery_outbox.task.OutboxTask`; any other
+app in the process gets neither the task nor the entry. Beat schedulers
 (Celery's ``PersistentScheduler`` and django-celery-beat's ``DatabaseScheduler``) read
 ``app.conf.beat_schedule`` after the app is finalised, so the entry is there in time.
 """
@@ -13,12 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery, Task
-from celery import _state as celery_state
-from celery._state import connect_on_app_finalize
 
+from celery_outbox._compat import active_apps, connect_on_app_finalize, registered_tasks
 from celery_outbox.config import OutboxConfig
 from celery_outbox.registry import relay_for, store_for
+from celery_outbox.state import default_store, state_of
 from celery_outbox.sweeper import Sweeper, SweepReport
+from celery_outbox.task import OutboxTask
 
 #: The registered name of the sweep task.
 SWEEP_TASK = "celery_outbox.sweep"
@@ -70,9 +74,23 @@ def add_beat_entry(app: Celery) -> None:
     app.conf.beat_schedule = schedule
 
 
-@connect_on_app_finalize
+def uses_outbox(app: Celery) -> bool:
+    """Whether ``app`` has an outbox store or registers an ``OutboxTask``.
+
+    Before ``app`` is finalised its pending task decorators are not counted.
+    """
+    if state_of(app).store is not None or default_store() is not None:
+        return True
+    if app.conf.get("outbox_store") is not None:
+        return True
+    return any(isinstance(task, OutboxTask) for task in registered_tasks(app).values())
+
+
 def install_sweep(app: Celery) -> Task[Any, Any]:
-    """Register the sweep task with ``app`` and add its beat entry (on finalisation)."""
+    """Register the sweep task with ``app`` and add its beat entry."""
+    existing = registered_tasks(app).get(SWEEP_TASK)
+    if existing is not None:
+        return existing
 
     def sweep() -> dict[str, int | bool]:
         """Publish the outbox rows their on-commit publisher left behind."""
@@ -85,10 +103,25 @@ def install_sweep(app: Celery) -> Task[Any, Any]:
     return task
 
 
+@connect_on_app_finalize
+def _on_app_finalize(app: Celery) -> None:
+    # Runs before the app's pending task decorators are evaluated: an app with a store
+    # gets the sweep now; one whose only sign is an OutboxTask is checked once they are.
+    if uses_outbox(app):
+        install_sweep(app)
+        return
+
+    def after_finalize(sender: Celery, **kwargs: Any) -> None:
+        if sender is app and uses_outbox(app):
+            install_sweep(app)
+
+    app.on_after_finalize.connect(after_finalize, weak=False)
+
+
 def _install_on_finalized_apps() -> None:
     # Apps finalised before celery_outbox was imported missed the finalize callback.
-    for app in list(celery_state._get_active_apps()):  # type: ignore[attr-defined]
-        if app.finalized and SWEEP_TASK not in app.tasks:
+    for app in active_apps():
+        if app.finalized and uses_outbox(app):  # type: ignore[attr-defined]
             install_sweep(app)
 
 
