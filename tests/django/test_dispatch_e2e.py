@@ -20,6 +20,7 @@ from django.db.models.signals import post_save
 from django.test.utils import CaptureQueriesContext
 
 from celery_outbox.records import MessageStatus
+from celery_outbox.state import reset
 from django_outbox.hooks import dispatch_hook, dispatch_on
 from django_outbox.models import OutboxMessage
 from tests.django.celery_app import create_app
@@ -143,7 +144,7 @@ def test_a_transaction_longer_than_the_grace_claims_its_rows_before_publishing(
     # The rows' birth lease (the publish grace) ran out before COMMIT: a sweeper may
     # already hold them, so the on-commit publisher claims them instead of trusting it.
     world.app.conf.outbox_publish_grace = 0.2
-    vars(world.app).pop("_outbox_config", None)  # read the settings again
+    reset(world.app)  # read the settings again
     start_worker()
     connection = connections["default"]
     with CaptureQueriesContext(connection) as queries, transaction.atomic():

@@ -23,6 +23,7 @@ from django.db import transaction
 
 from celery_outbox.envelope import build_message
 from celery_outbox.records import MessageStatus
+from celery_outbox.state import reset
 from django_outbox.management.outbox_commands import subcommands
 from django_outbox.models import OutboxMessage
 from django_outbox.store import DjangoOutboxStore
@@ -63,9 +64,7 @@ def use_app(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable
 
     yield use
     for app in apps:
-        relay = getattr(app, "_outbox_relay", None)  # none when its settings were bad
-        if relay is not None:
-            relay.close()
+        reset(app)  # closes its relay (there is none when its settings were bad)
         app.close()
 
 

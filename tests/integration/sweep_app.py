@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 
 from celery_outbox import OutboxTask
 from celery_outbox.envelope import build_message
-from celery_outbox.registry import install_store
+from celery_outbox.registry import install_store, store_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, metadata, outbox_table
 from celery_outbox.sqlalchemy.statements import message_values
 
@@ -69,7 +69,7 @@ def insert_committed_rows(
 
     Each message is built as ``record.delay(n)`` builds it, then inserted in bulk.
     """
-    store = app._outbox_store
+    store = store_for(app)
     task = app.tasks[RECORD]
     values = []
     for n in range(count):

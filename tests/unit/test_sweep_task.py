@@ -1,4 +1,4 @@
-"""The ``celery_outbox.sweep`` task and its beat entry register themselves with every app."""
+"""The ``celery_outbox.sweep`` task and its beat entry register themselves with outbox apps."""
 
 from __future__ import annotations
 
@@ -13,19 +13,36 @@ from celery import Celery
 from celery.beat import PersistentScheduler
 
 import celery_outbox  # noqa: F401 - connects the finalize callback
+from celery_outbox import OutboxTask
 from celery_outbox.registry import install_store
+from celery_outbox.state import default_store, set_default_store
 from celery_outbox.sweep_task import BEAT_ENTRY, SWEEP_TASK
 from celery_outbox.testing import InMemoryOutboxStore
+
+MEMORY_STORE = "celery_outbox.testing.InMemoryOutboxStore"
 
 
 @pytest.fixture
 def new_app() -> Iterator[Celery]:
+    """An app using the outbox (its store set by ``outbox_store``)."""
     app = Celery("sweep-task-unit", broker="memory://", set_as_current=False)
+    app.conf.outbox_store = MEMORY_STORE
     yield app
     app.close()
 
 
-def test_every_app_gets_the_task_and_a_beat_entry(new_app: Celery) -> None:
+@pytest.fixture
+def plain_app() -> Iterator[Celery]:
+    """An app that does not use the outbox (no process default store either)."""
+    default = default_store()  # pytest-django set up django_outbox, which sets one
+    set_default_store(None)
+    app = Celery("not-an-outbox-app", broker="memory://", set_as_current=False)
+    yield app
+    app.close()
+    set_default_store(default)
+
+
+def test_an_outbox_app_gets_the_task_and_a_beat_entry(new_app: Celery) -> None:
     new_app.conf.outbox_sweep_interval = 0.5
     new_app.finalize()
 
@@ -79,12 +96,56 @@ def test_the_task_sweeps_the_app_store(new_app: Celery) -> None:
     }
 
 
+def test_an_app_without_the_outbox_gets_neither() -> None:
+    # Before: every app in the process got both, and beat sent a sweep that failed with
+    # NoStoreConfigured every interval. A fresh process: other tests' shared OutboxTasks
+    # (``shared=True``) join every app finalised after them.
+    code = (
+        "from celery import Celery\n"
+        "import celery_outbox\n"
+        "outbox = Celery('outbox', set_as_current=False)\n"
+        f"outbox.conf.outbox_store = {MEMORY_STORE!r}\n"
+        "plain = Celery('plain', set_as_current=False)\n"
+        "def work(): pass\n"
+        "plain.task(name='plain.work', shared=False)(work)\n"
+        "outbox.finalize(); plain.finalize()\n"
+        "assert 'celery_outbox.sweep' in outbox.tasks\n"
+        "assert 'celery-outbox-sweep' in outbox.conf.beat_schedule\n"
+        "assert 'celery_outbox.sweep' not in plain.tasks, list(plain.tasks)\n"
+        "assert 'celery-outbox-sweep' not in (plain.conf.beat_schedule or {})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_an_installed_store_makes_an_outbox_app(plain_app: Celery) -> None:
+    install_store(plain_app, InMemoryOutboxStore())
+    plain_app.finalize()
+
+    assert SWEEP_TASK in plain_app.tasks
+    assert BEAT_ENTRY in plain_app.conf.beat_schedule
+
+
+def test_a_pending_outbox_task_makes_an_outbox_app(plain_app: Celery) -> None:
+    # Finalize callbacks run before pending task decorators are evaluated.
+    @plain_app.task(base=OutboxTask, shared=False)
+    def work() -> None: ...
+
+    plain_app.finalize()
+
+    assert SWEEP_TASK in plain_app.tasks
+    assert BEAT_ENTRY in plain_app.conf.beat_schedule
+
+
 def test_an_app_finalised_before_the_import_gets_the_task_too() -> None:
     code = (
         "from celery import Celery\n"
-        "app = Celery('early', set_as_current=False); app.finalize()\n"
+        "app = Celery('early', set_as_current=False)\n"
+        f"app.conf.outbox_store = {MEMORY_STORE!r}; app.finalize()\n"
+        "plain = Celery('plain', set_as_current=False); plain.finalize()\n"
+        "import celery_outbox.state; assert celery_outbox.state.default_store() is None\n"
         "import celery_outbox\n"
         "assert 'celery_outbox.sweep' in app.tasks\n"
         "assert 'celery-outbox-sweep' in app.conf.beat_schedule\n"
+        "assert 'celery_outbox.sweep' not in plain.tasks\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
