@@ -1,0 +1,97 @@
+"""The Celery internals of :mod:`celery_outbox._compat`, pinned.
+
+A failure here means a Celery upgrade changed something celery-outbox leans on: fix
+``celery_outbox/_compat.py`` (and only it) before anything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from celery import Celery, Task
+
+from celery_outbox import _compat
+from celery_outbox.task import OutboxTask
+
+
+@pytest.fixture
+def app() -> Iterator[Celery]:
+    app = Celery("compat-unit", broker="memory://", set_as_current=False)
+    yield app
+    app.close()
+
+
+def test_finalize_callbacks_run_before_pending_tasks_and_on_after_finalize_after(
+    app: Celery,
+) -> None:
+    seen: list[tuple[str, bool]] = []
+
+    @app.task(name="compat.pending", shared=False)
+    def pending() -> None: ...
+
+    def on_finalize(finalized: Celery) -> None:
+        if finalized is app:
+            seen.append(("callback", "compat.pending" in _compat.registered_tasks(app)))
+
+    def after(sender: Celery, **kwargs: Any) -> None:
+        if sender is app:
+            seen.append(("after", "compat.pending" in _compat.registered_tasks(app)))
+
+    _compat.connect_on_app_finalize(on_finalize)
+    app.on_after_finalize.connect(after, weak=False)
+    app.finalize()
+
+    assert seen == [("callback", False), ("after", True)]
+
+
+def test_active_apps_lists_a_live_app(app: Celery) -> None:
+    assert app in _compat.active_apps()
+
+
+def test_registered_tasks_does_not_finalize(app: Celery) -> None:
+    tasks = _compat.registered_tasks(app)
+    assert isinstance(tasks, dict)
+    assert not app.finalized  # type: ignore[attr-defined]
+
+
+def test_orig_run_stops_celery_wrapping_run_for_autoretry(app: Celery) -> None:
+    # OutboxTask defines ``_orig_run`` so that Celery leaves ``run`` alone.
+    assert hasattr(OutboxTask, _compat.ORIG_RUN)
+
+    def work() -> None: ...
+
+    plain = app.task(name="compat.plain", shared=False, autoretry_for=(KeyError,))(work)
+    outbox = app.task(
+        name="compat.outbox", base=OutboxTask, shared=False, autoretry_for=(KeyError,)
+    )(work)
+    app.finalize()
+
+    assert getattr(plain, _compat.ORIG_RUN) is not None  # Celery wrapped it
+    assert getattr(outbox, _compat.ORIG_RUN) is None  # left alone
+
+
+def test_capture_message_gets_celerys_message_without_a_broker(app: Celery) -> None:
+    # An unreachable broker: capturing must never connect.
+    app.conf.broker_url = "amqp://guest:guest@127.0.0.1:1//"
+
+    def capture(x: int, a: int) -> None: ...
+
+    task: Task[Any, Any] = app.task(name="compat.capture", shared=False)(capture)
+
+    body, publish = _compat.capture_message(
+        task, (1,), {"a": 2}, task_id="tid", options={"countdown": 5, "priority": 3}
+    )
+
+    assert body == (
+        (1,),
+        {"a": 2},
+        {"callbacks": None, "errbacks": None, "chain": None, "chord": None},
+    )
+    assert publish["headers"]["id"] == "tid"
+    assert publish["headers"]["task"] == "compat.capture"
+    assert publish["headers"]["eta"] is not None
+    assert publish["priority"] == 3
+    assert publish["routing_key"] == "celery"
+    assert {"exchange", "serializer", "retry", "declare"} <= set(publish)
