@@ -117,7 +117,7 @@ class OutboxConfig:
     def from_celery(cls, app: Celery) -> OutboxConfig:
         """Read and validate the settings of a Celery app (once; see :mod:`celery_outbox.state`)."""
         state = state_of(app)
-        if state.config is None:
+        if not isinstance(state.config, cls):
             conf = {key: app.conf.get(key, DEFAULTS[key]) for key in DEFAULTS}
             state.config = cls.from_mapping(conf)
         return state.config

@@ -59,7 +59,7 @@ def relay_for(app: Celery) -> Relay:
     """The relay publishing ``app``'s rows through its store (one per app and store)."""
     store, state = store_for(app), state_of(app)
     relay = state.relay
-    if relay is None or relay.store is not store:
+    if not isinstance(relay, Relay) or relay.store is not store:
         relay = Relay(app, store=store, config=OutboxConfig.from_celery(app))
         state.relay = relay
     return relay

@@ -18,22 +18,22 @@ settings again: tests that change ``app.conf`` call it instead of poking at the 
 The state lives in one attribute of the app rather than in a weak mapping keyed by the
 app: the relay refers to its app, so a weak mapping's value would keep its key (and its
 broker connections) alive for ever, while an attribute dies with the app.
+
+This module sits below everything that fills the state (settings, relay, dispatch), so
+it names their types only as far as it must: ``config`` and ``relay`` are narrowed with
+``isinstance`` by their owners (:mod:`celery_outbox.config`, :mod:`celery_outbox.registry`).
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from celery import Celery
+from kombu import Connection
 
-if TYPE_CHECKING:
-    from kombu import Connection
-
-    from celery_outbox.config import OutboxConfig
-    from celery_outbox.relay import Relay
-    from celery_outbox.storage import OutboxStore
+from celery_outbox.storage import OutboxStore
 
 #: The one attribute of a Celery app the outbox sets (nothing else reads or writes it).
 _SLOT = "_celery_outbox_state"
@@ -41,16 +41,23 @@ _create_lock = threading.Lock()
 _default_store: OutboxStore | None = None
 
 
+class Closable(Protocol):
+    """What :func:`reset` needs of a relay."""
+
+    def close(self) -> None:
+        """Close its broker connections."""
+
+
 @dataclass(eq=False)
 class AppState:
     """The outbox's state for one Celery app (all fields filled lazily)."""
 
-    #: The validated ``outbox_*`` settings (read on first use).
-    config: OutboxConfig | None = None
+    #: The validated ``outbox_*`` settings, an ``OutboxConfig`` (read on first use).
+    config: object | None = None
     #: The installed store, or the one ``outbox_store`` built (not the default store).
     store: OutboxStore | None = None
-    #: The relay publishing through ``store`` (rebuilt when the store changes).
-    relay: Relay | None = None
+    #: The ``Relay`` publishing through ``store`` (rebuilt when the store changes).
+    relay: Closable | None = None
     #: Never connected: Celery's ``apply_async`` only needs one to build a message.
     capture_connection: Connection | None = None
     #: Serialises building the store from ``outbox_store``.
