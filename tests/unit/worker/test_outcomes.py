@@ -1,4 +1,5 @@
-"""Scheduling a retry never drops it: the ETA and parking fall back on each other."""
+"""Carrying out a decision never drops the task: the ETA and parking fall back on each
+other, and a dead letter the store cannot take puts the message back or is kept minimal."""
 
 from __future__ import annotations
 
@@ -12,28 +13,27 @@ from celery.exceptions import Ignore, Reject, Retry
 from kombu import Connection, Queue
 
 from celery_outbox import NoStoreConfigured, OutboxTask, StoreDataError, StoreError
-from celery_outbox.dead_lettering import write_dead_letter
 from celery_outbox.envelope import build_message
 from celery_outbox.escaping import is_incomplete
-from celery_outbox.failures import schedule_retry
 from celery_outbox.registry import install_store
-from celery_outbox.retrying import Outcome
 from celery_outbox.testing import InMemoryOutboxStore
+from celery_outbox.worker.attempt import Attempt
+from celery_outbox.worker.letters import write_dead_letter
+from celery_outbox.worker.policy import Outcome
+from celery_outbox.worker.republish import schedule_retry
 
 NOW = datetime.now(timezone.utc)
 
 
-class Request:
-    """The parts of a Celery request a retry is built from."""
-
-    def __init__(self, task_id: str, queue: str) -> None:
-        self.id, self.args, self.kwargs, self.retries = task_id, [1], {}, 0
-        self.delivery_info = {"exchange": "", "routing_key": queue}
-        self.called_directly, self.is_eager = False, False
-        self.delivery_info["priority"] = None
-
-    def as_execution_options(self) -> dict[str, Any]:
-        return {"task_id": self.id}
+def attempt_of(task_id: str, queue: str) -> Attempt:
+    """The first attempt of ``unit.retrying`` with ``task_id``, delivered from ``queue``."""
+    return Attempt(
+        task_name="unit.retrying",
+        task_id=task_id,
+        args=(1,),
+        delivery_info={"exchange": "", "routing_key": queue, "priority": None},
+        options={"queue": queue},
+    )
 
 
 @pytest.fixture
@@ -64,10 +64,10 @@ def test_long_wait_is_parked(app: Celery, queue_name: str) -> None:
     install_store(app, store)
     retry = schedule_retry(
         app.tasks["unit.retrying"],
-        Request("t1", queue_name),
+        attempt_of("t1", queue_name),
         ValueError(),
         delay=timedelta(minutes=10),
-        first_failed=NOW,
+        park=True,
         now=NOW,
     )
     assert isinstance(retry, Retry)
@@ -98,10 +98,10 @@ def test_park_colliding_with_the_row_being_published_rides_on_an_eta(
     )
     retry = schedule_retry(
         task,
-        Request("t2", queue_name),
+        attempt_of("t2", queue_name),
         ValueError(),
         delay=timedelta(minutes=10),
-        first_failed=NOW,
+        park=True,
         now=NOW,
     )
     assert isinstance(retry, Retry)
@@ -129,10 +129,10 @@ def test_neither_eta_nor_park_rejects_with_requeue(app: Celery) -> None:
     with pytest.raises(Reject) as caught:
         schedule_retry(
             task,
-            Request("t3", "q"),
+            attempt_of("t3", "q"),
             ValueError(),
             delay=timedelta(minutes=10),
-            first_failed=NOW,
+            park=True,
             now=NOW,
         )
     assert caught.value.requeue is True
@@ -149,14 +149,12 @@ def test_unwritable_dead_letter_puts_the_message_back_with_a_delay(
     app: Celery, queue_name: str
 ) -> None:
     install_store(app, BrokenStore())
-    request = Request("t4", queue_name)
     with pytest.raises(Ignore):  # this delivery is acknowledged: a delayed copy is queued
         write_dead_letter(
             app.tasks["unit.retrying"],
-            request,
+            attempt_of("t4", queue_name),
             ValueError("boom"),
             outcome=Outcome.EXHAUSTED,
-            first_failed=NOW,
             now=NOW,
         )
     with Connection("memory://") as conn:
@@ -175,10 +173,9 @@ def test_put_back_with_the_broker_down_too_is_rejected_with_requeue(app: Celery)
     with pytest.raises(Reject) as caught:
         write_dead_letter(
             app.tasks["unit.retrying"],
-            Request("t5", "q"),
+            attempt_of("t5", "q"),
             ValueError("boom"),
             outcome=Outcome.EXHAUSTED,
-            first_failed=NOW,
             now=NOW,
         )
     assert caught.value.requeue is True
@@ -208,10 +205,9 @@ def test_a_refused_dead_letter_is_stored_minimal_not_put_back(
     install_store(app, store)
     letter_id = write_dead_letter(
         app.tasks["unit.retrying"],
-        Request("t6", queue_name),
+        attempt_of("t6", queue_name),
         ValueError("boom"),
         outcome=Outcome.EXHAUSTED,
-        first_failed=NOW,
         now=NOW,
     )
     assert letter_id is not None
@@ -229,10 +225,9 @@ def test_a_letter_refused_even_minimal_is_logged_and_never_put_back(
     install_store(app, PickyStore(refuse_all=True))
     letter_id = write_dead_letter(
         app.tasks["unit.retrying"],
-        Request("t7", queue_name),
+        attempt_of("t7", queue_name),
         ValueError("boom"),
         outcome=Outcome.EXHAUSTED,
-        first_failed=NOW,
         now=NOW,
     )
     assert letter_id is None
@@ -248,10 +243,9 @@ def test_no_store_while_writing_a_dead_letter_puts_the_message_back(
     with pytest.raises(Ignore):  # a configuration gap is not a refused value: nothing dropped
         write_dead_letter(
             app.tasks["unit.retrying"],
-            Request("t8", queue_name),
+            attempt_of("t8", queue_name),
             ValueError("boom"),
             outcome=Outcome.EXHAUSTED,
-            first_failed=NOW,
             now=NOW,
         )
     assert queued_ids(queue_name) == ["t8"]
