@@ -3,6 +3,7 @@ other, and a dead letter the store cannot take puts the message back or is kept 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -13,12 +14,13 @@ from celery.exceptions import Ignore, Reject, Retry
 from kombu import Connection, Queue
 
 from celery_outbox import NoStoreConfigured, OutboxTask, StoreDataError, StoreError
-from celery_outbox.envelope import build_message
+from celery_outbox.envelope import build_message, decode_body
 from celery_outbox.escaping import is_incomplete
 from celery_outbox.registry import install_store
 from celery_outbox.testing import InMemoryOutboxStore
 from celery_outbox.worker.attempt import Attempt
 from celery_outbox.worker.letters import write_dead_letter
+from celery_outbox.worker.outcomes import after_failure
 from celery_outbox.worker.policy import Outcome
 from celery_outbox.worker.republish import schedule_retry
 
@@ -249,3 +251,67 @@ def test_no_store_while_writing_a_dead_letter_puts_the_message_back(
             now=NOW,
         )
     assert queued_ids(queue_name) == ["t8"]
+
+
+def test_a_retry_with_new_arguments_parks_a_row_carrying_them(app: Celery, queue_name: str) -> None:
+    store = InMemoryOutboxStore()
+    install_store(app, store)
+    retry = after_failure(
+        app.tasks["unit.retrying"],
+        attempt_of("t9", queue_name),
+        ValueError(),
+        explicit=True,
+        rng=random.Random(),
+        countdown=600,  # past outbox_park_after: parked
+        args=(7,),
+    )
+    assert isinstance(retry, Retry)
+    (row,) = store.rows.values()
+    args, kwargs, _ = decode_body(row.payload, row.options, accept=None, max_bytes=None)
+    assert (row.task_id, args, kwargs) == ("t9", [7], {})
+    assert queued_ids(queue_name) == []
+
+
+def test_a_retry_with_options_is_sent_with_them(app: Celery, queue_name: str) -> None:
+    install_store(app, InMemoryOutboxStore())
+    other = f"{queue_name}-other"
+    retry = after_failure(
+        app.tasks["unit.retrying"],
+        attempt_of("t10", queue_name),
+        ValueError(),
+        explicit=True,
+        rng=random.Random(),
+        countdown=1,
+        kwargs={"n": 3},
+        overrides={"queue": other},
+    )
+    assert isinstance(retry, Retry)
+    assert queued_ids(queue_name) == []
+    with Connection("memory://") as conn:
+        message = Queue(other)(conn.default_channel).get(no_ack=True)
+    assert message is not None
+    assert (message.headers["id"], message.headers["retries"]) == ("t10", 1)
+    assert message.decode()[:2] == [[3], {}]  # n=3 takes the place of the given n=1, as in Celery
+
+
+def test_a_retry_argument_it_cannot_send_is_a_dead_letter_naming_it(
+    app: Celery, queue_name: str
+) -> None:
+    store = InMemoryOutboxStore()
+    install_store(app, store)
+    error = ValueError("boom")
+    assert (
+        after_failure(
+            app.tasks["unit.retrying"],
+            attempt_of("t11", queue_name),
+            error,
+            explicit=True,
+            rng=random.Random(),
+            args="not a list",
+        )
+        is error
+    )
+    (letter,) = store.letters.values()
+    assert letter.exception_type == "celery_outbox.exceptions.OutboxConfigError"
+    assert "args='not a list'" in letter.exception_message
+    assert letter.args == [1]  # the arguments the failed attempt ran with
