@@ -18,6 +18,7 @@ from celery_outbox.dead_letters import build_dead_letter
 from celery_outbox.escaping import escape_letter, minimal_letter
 from celery_outbox.exceptions import (
     OutboxConfigError,
+    OutboxError,
     StoreDataError,
     StoreError,
     TooManyDeliveries,
@@ -90,14 +91,15 @@ def write_config_dead_letter(
     task: Task[Any, Any],
     attempt: Attempt,
     exc: Exception,
-    config_error: OutboxConfigError,
+    config_error: OutboxError,
     *,
     now: datetime,
 ) -> int | None:
-    """A bad retry option found only at failure time: dead-letter the task, not lose it.
+    """A bad retry option or ``retry()`` argument found only at failure time: dead-letter
+    the task, not lose it.
 
-    The letter's exception is the :class:`OutboxConfigError` naming the option, caused
-    by the task's own ``exc``.
+    The letter's exception is an :class:`OutboxConfigError` naming the option (the text
+    of ``config_error``), caused by the task's own ``exc``.
     """
     error = OutboxConfigError(
         f"{config_error} The task failed with {type(exc).__name__}: {exc}; "

@@ -12,7 +12,7 @@ from celery import Task
 
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.exceptions import OutboxConfigError
+from celery_outbox.exceptions import OutboxConfigError, PayloadError, ScheduleError
 from celery_outbox.worker.attempt import Attempt
 from celery_outbox.worker.letters import write_config_dead_letter, write_dead_letter
 from celery_outbox.worker.options import options_from_task, with_retry_arguments
@@ -40,8 +40,9 @@ def after_failure(
     ``rng`` draws the wait within the window. The other arguments are ``retry()``'s:
     ``explicit`` retries whatever ``exc`` is,
     ``args``/``kwargs`` are the next attempt's arguments, ``overrides`` its extra
-    ``apply_async`` options. A bad retry option or ``retry()`` argument found now is a
-    dead letter naming it, never a lost task.
+    ``apply_async`` options. A bad retry option or ``retry()`` argument found now (one
+    the next message cannot be built from, too) is a dead letter naming it, never a
+    lost task.
 
     Raises
     ------
@@ -74,8 +75,9 @@ def after_failure(
                 now=now,
                 overrides=overrides,
             )
-    except OutboxConfigError as config_error:  # found only now: dead-letter, never drop
-        write_config_dead_letter(task, attempt, exc, config_error, now=now)
+    except (OutboxConfigError, PayloadError, ScheduleError) as bad:
+        # Found only now (the next message cannot be built, too): dead-letter, never drop.
+        write_config_dead_letter(task, attempt, exc, bad, now=now)
         return exc
     write_dead_letter(task, attempt, exc, outcome=decision.outcome, now=now)
     return exc

@@ -315,3 +315,27 @@ def test_a_retry_argument_it_cannot_send_is_a_dead_letter_naming_it(
     assert letter.exception_type == "celery_outbox.exceptions.OutboxConfigError"
     assert "args='not a list'" in letter.exception_message
     assert letter.args == [1]  # the arguments the failed attempt ran with
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"args": (object(),)}, "object"),  # the next message cannot be serialised
+        ({"overrides": {"expires": "someday"}}, "expires='someday'"),
+    ],
+)
+def test_a_retry_that_cannot_be_built_is_a_dead_letter_not_a_lost_task(
+    app: Celery, queue_name: str, arguments: dict[str, Any], named: str
+) -> None:
+    store = InMemoryOutboxStore()
+    install_store(app, store)
+    error = ValueError("boom")
+    task = app.tasks["unit.retrying"]
+    outcome = after_failure(
+        task, attempt_of("t12", queue_name), error, explicit=True, rng=random.Random(), **arguments
+    )
+    assert outcome is error
+    (letter,) = store.letters.values()
+    assert letter.exception_type == "celery_outbox.exceptions.OutboxConfigError"
+    assert named in letter.exception_message
+    assert queued_ids(queue_name) == []
