@@ -10,7 +10,8 @@ app installs an ORM store; other apps install
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from celery_outbox.records import (
@@ -39,6 +40,23 @@ def within_budget(sizes: Iterable[int], max_bytes: int | None) -> int:
             break
         taken, held = taken + 1, held + size
     return taken
+
+
+def publisher_key(publish: PublishCallback) -> Hashable:
+    """The key of ``publish``'s on-commit batch: equal for publishers that do the same thing.
+
+    Every store groups the rows one transaction deferred by this key, so two equal
+    ``functools.partial`` of one function and arguments (``Relay.publisher``) share a
+    batch, and different publishers (or aliases) get one batch each.
+    """
+    if isinstance(publish, functools.partial):
+        try:
+            key = (publisher_key(publish.func), publish.args, frozenset(publish.keywords.items()))
+            hash(key)
+        except TypeError:  # unhashable arguments: this publisher gets its own batch
+            return publish
+        return key
+    return publish
 
 
 class OutboxStore(abc.ABC):
@@ -76,11 +94,11 @@ class OutboxStore(abc.ABC):
     ) -> None:
         """Arrange for ``publish(messages)`` to run once, right after the current commit.
 
-        ``messages`` holds every row deferred in that transaction (one batch, one
-        callback). A rolled-back transaction calls nothing; rows of a rolled-back
-        savepoint may still be listed, and :meth:`still_leased` and :meth:`claim` drop
-        them because they do not exist. Outside a transaction ``publish`` runs before
-        this returns.
+        ``messages`` holds every row deferred in that transaction with that publisher
+        (one batch, one callback, per :func:`publisher_key`). A rolled-back transaction
+        calls nothing; rows of a rolled-back savepoint may still be listed, and
+        :meth:`still_leased` and :meth:`claim` drop them because they do not exist.
+        Outside a transaction ``publish`` runs before this returns.
         """
 
     @abc.abstractmethod
