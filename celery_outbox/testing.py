@@ -26,7 +26,7 @@ from celery_outbox.records import (
     StoredMessage,
 )
 from celery_outbox.rows import message_columns, stored_message
-from celery_outbox.storage import PublishCallback, within_budget
+from celery_outbox.storage import PublishCallback, gives_up, within_budget
 
 
 class InMemoryOutboxStore(MemoryDeadLetters):
@@ -168,11 +168,10 @@ class InMemoryOutboxStore(MemoryDeadLetters):
         with self._lock:
             held = self._held(claim, ids)
             for row in held:
-                attempts = row.attempts + 1
-                failed = retry_at is None or attempts >= max_attempts
+                failed = gives_up(row.attempts, max_attempts=max_attempts, retry_at=retry_at)
                 self.rows[row.id] = replace(
                     row,
-                    attempts=attempts,
+                    attempts=row.attempts + 1,
                     last_error=error,
                     locked_until=None,
                     status=MessageStatus.FAILED if failed else MessageStatus.PENDING,
