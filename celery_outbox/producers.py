@@ -102,6 +102,10 @@ class Producers:
             self.discard()
             raise
 
+    def connect(self) -> None:
+        """Open this thread's connection now, within ``timeout`` (else on the first publish)."""
+        self._producer(Deadline.after(self.timeout))
+
     def close(self) -> None:
         """Release this thread's connection (each goodbye awaited at most ``timeout``)."""
         conn = getattr(self._local, "connection", None)

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import tracemalloc
 from collections.abc import Iterator
-from datetime import timedelta
 
 import pytest
 from celery import Celery
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from celery_outbox.broker import Deadline
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.sqlalchemy import outbox_table
 from tests.integration.sweep_app import RECORD, create_app, create_tables
@@ -43,7 +41,7 @@ def test_a_commit_of_many_large_dispatches_holds_one_budget_of_bodies_at_a_time(
     store = store_for(app)
     big = "x" * SIZE
     # Connected beforehand: the connection is not measured.
-    relay_for(app).producers._producer(Deadline.after(timedelta(seconds=5)))
+    relay_for(app).producers.connect()
     with Session(store.engine) as session, store.bind_session(session):  # type: ignore[attr-defined]
         with session.begin():
             for _ in range(ROWS):
