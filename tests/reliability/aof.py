@@ -72,7 +72,9 @@ def read_commands(directory: Path) -> list[Command]:
     """Every command of the AOF in ``directory`` (a Redis 7 ``appendonlydir/``)."""
     parts = [path.read_bytes() for path in aof_files(directory)]
     if parts and parts[0].startswith(b"REDIS"):
-        raise ValueError(f"{directory} has an RDB preamble: run Redis with --aof-use-rdb-preamble no")
+        raise ValueError(
+            f"{directory} has an RDB preamble: run Redis with --aof-use-rdb-preamble no"
+        )
     # One stream: an incremental file continues the previous file's #TS second, and Redis
     # truncates an incomplete tail when it loads the files, so only the last can have one.
     return parse(b"".join(parts))
