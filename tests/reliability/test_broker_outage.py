@@ -151,6 +151,7 @@ def test_broker_outage_during_commits_loses_nothing_and_never_hangs(
             "lost_past_broker": len(blame.past_broker),
             "lost_unexplained": len(blame.unexplained),
             "lost_history": blame.history,
+            "broker_killed_at": [round(kill, 3) for kill in kills],
         },
     )
     assert not blame.by_outbox, f"never accepted by the broker: {_why(blame, tally.summary())}"
