@@ -7,12 +7,13 @@ reliability tests use the key as the task id) or, failing that, the key in its
 
 - ``by_outbox``: never pushed onto the task queue. The broker never accepted it, so the
   outbox deleted (or never wrote) a row without a publish: a bug of the outbox.
-- ``past_broker``: pushed, then popped by a consumer within the second before a broker
-  kill (AOF timestamps have a 1-second resolution, so the pop's second is the kill's or
-  the one before), never pushed back, never recorded in kombu's ``unacked`` hash after
-  that pop, and never run. This is kombu's Redis consumer window
+- ``past_broker``: pushed, then taken by the last pop from the queue that the broker
+  logged before a kill, never pushed back, never recorded in kombu's ``unacked`` hash
+  after that pop, and never run. This is kombu's Redis consumer window
   (https://github.com/celery/kombu/issues/305, https://github.com/celery/kombu/issues/1733):
-  ``BRPOP`` removed the message and the server died before the reply reached the worker.
+  ``BRPOP`` removed the message and the server died before the reply reached the worker,
+  so the worker never put it in ``unacked``. One pop is in flight per consuming
+  connection, so this rule allows one such loss per kill and per consuming connection.
 - ``unexplained``: anything else (still queued at the end, popped long before or after a
   kill, or parked in ``unacked``).
 """
@@ -20,7 +21,6 @@ reliability tests use the key as the task id) or, failing that, the key in its
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,10 +68,16 @@ def is_queue(name: bytes, queue: str) -> bool:
 
 
 def attribute(
-    lost: Iterable[str], ops: Sequence[Op], *, queue: str, kills: Sequence[float]
+    lost: Iterable[str], ops: Sequence[Op], *, queue: str, kills: Sequence[int]
 ) -> Attribution:
-    """Classify each ``lost`` key from the replayed ``ops``; ``kills`` are Unix times."""
+    """Classify each ``lost`` key from the replayed ``ops``.
+
+    ``kills`` are the broker's kills, each as the number of AOF commands written before
+    it (read from the file while the server was down).
+    """
     relevant = [op for op in ops if is_queue(op.key, queue) or op.key == UNACKED_HASH]
+    pops = [op.index for op in relevant if op.kind == "pop" and is_queue(op.key, queue)]
+    last_pops = {max((i for i in pops if i < kill), default=-1) for kill in kills}
     by_id: dict[str, list[Op]] = {}
     for op in relevant:
         by_id.setdefault(message_id(op.value) or "", []).append(op)
@@ -79,7 +85,7 @@ def attribute(
     history: dict[str, str] = {}
     for key in sorted(lost):
         mine = by_id.get(key) or [op for op in by_id.get("", []) if _matches(op, key)]
-        verdict = _classify(mine, queue, kills)
+        verdict = _classify(mine, queue, last_pops)
         groups[verdict].append(key)
         history[key] = f"{verdict}: " + (" ".join(_describe(op) for op in mine) or "no AOF op")
     return Attribution(
@@ -90,19 +96,15 @@ def attribute(
     )
 
 
-def _classify(mine: list[Op], queue: str, kills: Sequence[float]) -> str:
+def _classify(mine: list[Op], queue: str, last_pops: set[int]) -> str:
     on_queue = [op for op in mine if is_queue(op.key, queue)]
     if not any(op.kind == "push" for op in on_queue):
         return "by_outbox"
     last = on_queue[-1]
-    if last.kind != "pop" or last.timestamp is None:
+    if last.kind != "pop" or last.index not in last_pops:
         return "unexplained"
-    parked = [op for op in mine if op.key == UNACKED_HASH and op.index >= last.index]
-    if parked:
-        return "unexplained"
-    popped = last.timestamp
-    near_kill = any(math.floor(kill) - 1 <= popped <= math.floor(kill) for kill in kills)
-    return "past_broker" if near_kill else "unexplained"
+    parked = any(op.key == UNACKED_HASH and op.index >= last.index for op in mine)
+    return "unexplained" if parked else "past_broker"
 
 
 def _describe(op: Op) -> str:

@@ -11,7 +11,6 @@ from tests.reliability import aof
 from tests.reliability.attribution import attribute, message_id
 
 QUEUE = "q"
-KILL = 1_000.5  # the kill's Unix time: second 1000
 
 
 def resp(*args: str | bytes) -> bytes:
@@ -119,38 +118,46 @@ def test_message_id_reads_envelopes_and_unacked_entries() -> None:
 
 
 def test_attribution_separates_outbox_losses_from_the_consumer_window() -> None:
-    data = (
-        b"#TS:990\r\n"
-        + resp("LPUSH", QUEUE, envelope("ran"), envelope("window"), envelope("early"))
+    before_kill = (
+        resp("LPUSH", QUEUE, envelope("ran"), envelope("window"), envelope("early"))
         + resp("RPOP", QUEUE)  # ran, delivered: parked in unacked, then acked
         + resp("MULTI")
         + resp("HSET", "unacked", "t1", unacked("ran"))
         + resp("EXEC")
         + resp("HDEL", "unacked", "t1")
-        + resp("RPOP", QUEUE)  # window, popped long before the kill, pushed back
+        + resp("RPOP", QUEUE)  # window, popped once, then pushed back
         + resp("LPUSH", QUEUE, envelope("window"))
         + resp("LPUSH", QUEUE, envelope("queued"))
-        + b"#TS:995\r\n"
-        + resp("RPOP", QUEUE)  # early: popped 5 s before the kill, never seen again
-        + b"#TS:999\r\n"
-        + resp("RPOP", QUEUE)  # window: popped in the second before the kill
+        + resp("RPOP", QUEUE)  # early: popped before the last pop, never seen again
+        + resp("RPOP", QUEUE)  # window: the last pop before the kill
+        + resp("LPUSH", QUEUE, envelope("late"))
     )
-    lost = {"never-pushed", "window", "early", "queued", "ran"}
-    blame = attribute(lost, aof.replay(aof.parse(data)), queue=QUEUE, kills=[KILL])
+    kill = len(aof.parse(before_kill))
+    after_restart = resp("SELECT", "0") + resp("RPOP", QUEUE)  # late: popped after the restart
+    lost = {"never-pushed", "window", "early", "queued", "ran", "late"}
+    ops = aof.replay(aof.parse(before_kill + after_restart))
+    blame = attribute(lost, ops, queue=QUEUE, kills=[kill])
     assert blame.by_outbox == {"never-pushed"}
     assert blame.past_broker == {"window"}
-    assert blame.unexplained == {"early", "queued", "ran"}
-    assert blame.history["window"].startswith("past_broker: push(queue)@990#0")
+    assert blame.unexplained == {"early", "queued", "ran", "late"}
+    assert blame.history["window"].startswith("past_broker: push(queue)@None#0")
     assert blame.history["never-pushed"] == "by_outbox: no AOF op"
 
 
 def test_attribution_allows_no_window_without_a_kill() -> None:
-    data = b"#TS:1000\r\n" + resp("LPUSH", QUEUE, envelope("k")) + resp("RPOP", QUEUE)
+    data = resp("LPUSH", QUEUE, envelope("k")) + resp("RPOP", QUEUE)
     blame = attribute({"k"}, aof.replay(aof.parse(data)), queue=QUEUE, kills=[])
     assert blame.unexplained == {"k"}
 
 
+def test_attribution_counts_a_last_pop_parked_in_unacked_as_unexplained() -> None:
+    data = resp("LPUSH", QUEUE, envelope("k")) + resp("RPOP", QUEUE)
+    data += resp("HSET", "unacked", "t1", unacked("k"))
+    blame = attribute({"k"}, aof.replay(aof.parse(data)), queue=QUEUE, kills=[3])
+    assert blame.unexplained == {"k"}
+
+
 def test_attribution_finds_a_non_envelope_value_by_its_key_text() -> None:
-    data = b"#TS:1000\r\n" + resp("LPUSH", QUEUE, b"raw ('k',) payload") + resp("RPOP", QUEUE)
-    blame = attribute({"k"}, aof.replay(aof.parse(data)), queue=QUEUE, kills=[KILL])
+    data = resp("LPUSH", QUEUE, b"raw ('k',) payload") + resp("RPOP", QUEUE)
+    blame = attribute({"k"}, aof.replay(aof.parse(data)), queue=QUEUE, kills=[2])
     assert blame.past_broker == {"k"}
