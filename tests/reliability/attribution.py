@@ -12,10 +12,10 @@ reliability tests use the key as the task id) or, failing that, the key in its
   after that pop, and never run. This is kombu's Redis consumer window
   (https://github.com/celery/kombu/issues/305, https://github.com/celery/kombu/issues/1733):
   ``BRPOP`` removed the message and the server died before the reply reached the worker,
-  so the worker never put it in ``unacked``. One pop is in flight per consuming
-  connection, so this rule allows one such loss per kill and per consuming connection.
-- ``unexplained``: anything else (still queued at the end, popped long before or after a
-  kill, or parked in ``unacked``).
+  so the worker never put it in ``unacked``. Only the last pop counts: one pop is in
+  flight per consuming connection, and the reliability worker has one.
+- ``unexplained``: anything else (still queued at the end, taken by any other pop, or
+  parked in ``unacked``).
 """
 
 from __future__ import annotations
