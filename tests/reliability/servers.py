@@ -50,7 +50,9 @@ class ThrowawayRedis:
 
     Its append-only file is fsynced on every write, so a stop (even SIGKILL) loses no
     message the broker acknowledged, as a durable broker would: what is measured is the
-    outbox, not Redis's persistence settings.
+    outbox, not Redis's persistence settings. The file is also the broker's record of what
+    it accepted and handed out (:mod:`tests.reliability.aof`): it is never rewritten, has
+    no RDB preamble, and carries ``#TS`` timestamps.
     """
 
     def __init__(self, workdir: Path) -> None:
@@ -69,6 +71,11 @@ class ThrowawayRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     @property
+    def aof_dir(self) -> Path:
+        """The server's ``appendonlydir/`` (Redis 7 multi-part AOF)."""
+        return self.workdir / "appendonlydir"
+
+    @property
     def pid(self) -> int | None:
         """The server's PID while it runs."""
         return self._process.pid if self._process is not None else None
@@ -82,7 +89,9 @@ class ThrowawayRedis:
         self._process = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
              "--dir", str(self.workdir), "--save", "", "--appendonly", "yes",
-             "--appendfsync", "always", "--daemonize", "no"],
+             "--appendfsync", "always", "--aof-use-rdb-preamble", "no",
+             "--auto-aof-rewrite-percentage", "0", "--aof-timestamp-enabled", "yes",
+             "--daemonize", "no"],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip
