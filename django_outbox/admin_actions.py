@@ -23,8 +23,8 @@ from celery_outbox.clock import utcnow
 from celery_outbox.records import MessageStatus
 from celery_outbox.registry import relay_for, store_for
 from django_outbox.celery_app import outbox_app
-from django_outbox.dead_letters import RequeueResult, discard_letters, requeue_letters
-from django_outbox.managers import DeadLetterQuerySet, OutboxMessageQuerySet
+from django_outbox.dead_letters import RequeueResult
+from django_outbox.models import OutboxMessageQuerySet
 
 #: A message for ``message_user``: its level (``django.contrib.messages``) and text.
 UserMessage = tuple[int, str]
@@ -39,21 +39,6 @@ def actor_name(user: AbstractBaseUser | AnonymousUser | str) -> str:
 
 
 # -- dead letters --------------------------------------------------------------------------
-def requeue_dead_letters(
-    letters: DeadLetterQuerySet,
-    user: AbstractBaseUser | AnonymousUser | str,
-    *,
-    app: Celery | None = None,
-) -> RequeueResult:
-    """Requeue the ``dead`` letters of ``letters`` as ``user``: one transaction each."""
-    return requeue_letters(letters, by=actor_name(user), app=app)
-
-
-def discard_dead_letters(letters: DeadLetterQuerySet, *, app: Celery | None = None) -> int:
-    """Discard the ``dead`` letters of ``letters``; return how many were discarded."""
-    return discard_letters(letters, app=app)
-
-
 def requeue_messages(result: RequeueResult) -> list[UserMessage]:
     """The report of a requeue: successes, letters skipped, and failures with reasons."""
     report: list[UserMessage] = []

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from celery import Celery
-from celery import _state as celery_state
 from kombu.utils.imports import symbol_by_name
 
 from celery_outbox.exceptions import OutboxConfigError
+from django_outbox._compat import created_celery_app
 from django_outbox.settings import settings
 
 
@@ -57,21 +57,13 @@ def _configured_app(path: str | None) -> Celery:
     # Not get_current_app(): with no app at all it makes an empty fallback app. (Nor a
     # check against ``default_app``: Celery's Django fixup makes the project's app the
     # default app as soon as it is created.)
-    created = _created_app()
+    created = created_celery_app()
     if created is None or _is_fallback(created):
         raise OutboxConfigError(
             "No Celery app found: import it in your project's __init__.py (as Celery's "
             "Django guide does) or set DJANGO_OUTBOX_CELERY_APP."
         )
     return created
-
-
-def _created_app() -> Celery | None:
-    """The current (or else default) app, without making a fallback app if there is none."""
-    # celery-types does not declare these module attributes of ``celery._state``.
-    current: Celery | None = celery_state._tls.current_app  # type: ignore[attr-defined]
-    default: Celery | None = celery_state.default_app  # type: ignore[attr-defined]
-    return current or default
 
 
 def _is_fallback(app: Celery) -> bool:
