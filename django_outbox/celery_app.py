@@ -23,9 +23,21 @@ def outbox_app() -> Celery:
     OutboxConfigError
         The setting cannot be imported, or the project never created a Celery app.
     """
-    app = _configured_app(settings.CELERY_APP)
+    app = project_app()
     app.loader.import_default_modules()
     return app
+
+
+def project_app() -> Celery:
+    """``DJANGO_OUTBOX_CELERY_APP`` when set, else the app the project created (its task
+    modules not imported: what the system checks read the configuration of).
+
+    Raises
+    ------
+    OutboxConfigError
+        The setting cannot be imported, or the project never created a Celery app.
+    """
+    return _configured_app(settings.CELERY_APP)
 
 
 def import_app(path: str) -> Celery:
