@@ -17,7 +17,7 @@ from django_outbox.management.outbox_commands._context import (
     load_context,
 )
 
-HELP = "Publish the due rows their on-commit publisher left behind and purge old published rows (one sweep)."
+HELP = "Publish the due rows left behind and purge old published rows (one sweep, as beat does)."
 
 
 def add_arguments(parser: ArgumentParser) -> None:
