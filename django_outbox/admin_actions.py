@@ -1,8 +1,9 @@
 """The logic of the admin actions, as plain functions testable without a request.
 
-Each action function takes a queryset (and, for requeue, the user acting), keeps only the
-rows in a state the action applies to, delegates to the core, and returns counts. Each
-``*_messages`` function turns those counts into ``(level, text)`` pairs for
+The dead letter actions requeue and discard through :mod:`django_outbox.dead_letters`
+(as ``requeued_by``, :func:`actor_name` of the user acting). Each outbox message action
+takes a queryset, keeps only the rows in a state the action applies to, delegates to the
+core, and returns counts. Each ``*_messages`` function turns those counts into ``(level, text)`` pairs for
 ``ModelAdmin.message_user``, translated with ``ngettext`` (modelled on
 ``django_celery_beat.admin.PeriodicTaskAdmin.enable_tasks``).
 """
