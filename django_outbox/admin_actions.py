@@ -3,8 +3,8 @@
 The dead letter actions requeue and discard through :mod:`django_outbox.dead_letters`
 (as ``requeued_by``, :func:`actor_name` of the user acting). Each outbox message action
 takes a queryset, keeps only the rows in a state the action applies to, delegates to the
-core, and returns counts. Each ``*_messages`` function turns those counts into ``(level, text)`` pairs for
-``ModelAdmin.message_user``, translated with ``ngettext`` (modelled on
+core, and returns counts. Each ``*_messages`` function turns counts into ``(level, text)``
+pairs for ``ModelAdmin.message_user``, translated with ``ngettext`` (modelled on
 ``django_celery_beat.admin.PeriodicTaskAdmin.enable_tasks``).
 """
 
