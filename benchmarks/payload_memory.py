@@ -86,7 +86,7 @@ def _child(case: str, rows: int, size: int, budget: int) -> dict[str, Any]:
     if case == "sweep":
         app.conf.outbox_publish_grace = 0.0
     config = OutboxConfig.from_celery(app)
-    relay_for(app)._producer()  # connected before the baseline: not part of the peak
+    relay_for(app).producers.connect()  # connected before the baseline: not part of the peak
     big = "x" * size
     baseline = _status_kib("VmRSS")
     tracemalloc.start()

@@ -1,30 +1,32 @@
-"""Publish outbox rows to the broker, each exactly as it was built at call time."""
+"""Publish outbox rows to the broker, each exactly as it was built at call time.
+
+The relay's entry points (after commit, publish-now, a sweep's claim, a retry that
+bypasses the table) and the bookkeeping of their outcome. Talking to the broker is
+:mod:`celery_outbox.producers`; whether a row can be published at all is
+:mod:`celery_outbox.publishable`; when a row gives up is the store's rule
+(:func:`celery_outbox.storage.gives_up`).
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
 import random
-import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 from celery import Celery
-from kombu import Connection, Producer
 
-from celery_outbox import broker
 from celery_outbox.backoff import BackoffPolicy
-from celery_outbox.broker import Deadline
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.envelope import decode_body, publish_body
-from celery_outbox.exceptions import PayloadError
+from celery_outbox.producers import Producers
+from celery_outbox.publishable import sort_out
 from celery_outbox.records import Claim, NewMessage, StoredMessage
 from celery_outbox.signals import message_published
-from celery_outbox.storage import OutboxStore, within_budget
+from celery_outbox.storage import OutboxStore, gives_up
 
 logger = logging.getLogger(__name__)
 
@@ -42,24 +44,19 @@ class PublishReport:
     gave_up: frozenset[int] = frozenset()
 
 
-class _Unpublishable(Exception):
-    """A row that no retry can publish (unknown task, undecodable payload)."""
-
-
 class Relay:
-    """Publishes claimed rows through one broker connection per thread.
+    """Publishes claimed rows and records the outcome in the store.
 
-    Each publish pass waits at most about ``outbox_publish_timeout`` in all, whatever
-    the number of rows and the transport (:mod:`celery_outbox.broker`), and never loops
-    on a broker that is down or stalled: the rows are already safe in the outbox, and
-    the sweeper tries again later. With RabbitMQ, publisher confirms are on: a row is
-    marked only once the broker accepted its message.
+    The relay decides which rows to publish (claims, leases born at dispatch, the
+    sweeper's check of each row) and what becomes of them (marked published, or
+    rescheduled on :data:`PUBLISH_BACKOFF`, or failed); :class:`~celery_outbox.producers.Producers`
+    talks to the broker, one connection per thread. Each publish pass waits at most
+    about ``outbox_publish_timeout`` in all, whatever the number of rows and the
+    transport (:mod:`celery_outbox.broker`), and never loops on a broker that is down
+    or stalled: the rows are already safe in the outbox, and the sweeper tries again
+    later. With RabbitMQ, publisher confirms are on: a row is marked only once the
+    broker accepted its message.
     """
-
-    #: Pipeline each claim's messages where the transport can (Redis): one round trip
-    #: per claim. False publishes message by message (crash tests that need a claim
-    #: half-published set it).
-    batch_publish: bool = True
 
     def __init__(
         self,
@@ -72,7 +69,13 @@ class Relay:
     ) -> None:
         self.app, self.store, self.config = app, store, config
         self.clock, self.rng = clock, rng or random.Random()
-        self._local = threading.local()
+        #: The broker side: connections, producers, queues and the publish pass.
+        self.producers = Producers(
+            app,
+            timeout=config.publish_timeout,
+            batch_bytes=config.sweep_batch_bytes,
+            clock=lambda: self.clock(),
+        )
         self._publishers: dict[str | None, Callable[[Sequence[StoredMessage]], PublishReport]] = {}
 
     def publisher(
@@ -159,33 +162,35 @@ class Relay:
         """Publish every row of ``claim``, then mark or reschedule them (fenced).
 
         With ``validate`` (the sweeper), rows naming an unregistered task or holding an
-        undecodable payload fail at once instead of being published.
+        undecodable payload fail at once instead of being published
+        (:mod:`celery_outbox.publishable`).
         """
         if not claim.messages:
             return PublishReport()
-        published, failed, fatal = self._send_in_parts(claim.messages, validate=validate)
-        if published:
+        pending, fatal = list(claim.messages), dict[int, str]()
+        if validate:
+            pending, fatal = sort_out(
+                self.app, claim.messages, max_payload_bytes=self.config.max_payload_bytes
+            )
+        sent = self.producers.send(pending)
+        if sent.published:
             self.store.mark_published(
                 claim,
-                published,
+                sent.published,
                 now=self.clock(),
                 keep=self.config.keep_published > timedelta(0),
                 using=using,
             )
-            sent = set(published)
+            done = set(sent.published)
             message_published.send(
-                sender=self.app, task_ids=[m.task_id for m in claim.messages if m.id in sent]
+                sender=self.app, task_ids=[m.task_id for m in claim.messages if m.id in done]
             )
-        self._record_failures(claim, failed, fatal, using=using)
-        last_tries = {
-            m.id
-            for m in claim.messages
-            if m.id in failed and m.attempts + 1 >= self.config.publish_max_attempts
-        }
+        gave_up = self._record_failures(claim, sent.failed, using=using)
+        gave_up |= self._record_fatal(claim, fatal, using=using)
         return PublishReport(
-            published=tuple(published),
-            failed={**failed, **fatal},
-            gave_up=frozenset(fatal) | last_tries,
+            published=tuple(sent.published),
+            failed={**sent.failed, **fatal},
+            gave_up=frozenset(gave_up),
         )
 
     def publish_message(self, message: NewMessage) -> None:
@@ -194,215 +199,25 @@ class Relay:
         Raises whatever the broker raised, within about ``outbox_publish_timeout``; the
         caller parks the message instead.
         """
-        deadline = self._deadline()
-        try:
-            self._publish_one(self._producer(deadline), message, deadline)
-        except Exception:
-            self._discard()
-            raise
+        self.producers.publish_message(message)
 
     def close(self) -> None:
         """Release this thread's broker connection (each of the broker's goodbyes is
         awaited at most ``outbox_publish_timeout``)."""
-        conn = getattr(self._local, "connection", None)
-        self._local.connection = None
-        if conn is not None:
-            broker.close(conn, self._deadline())
-
-    def _discard(self) -> None:
-        # After a failure: drop the connection without waiting for a stalled broker.
-        conn = getattr(self._local, "connection", None)
-        self._local.connection = None
-        if conn is not None:
-            broker.discard(conn)
-
-    def _deadline(self) -> Deadline:
-        return Deadline.after(self.config.publish_timeout)
-
-    # -- sending --------------------------------------------------------------------
-    def _send_in_parts(
-        self, messages: Sequence[StoredMessage], *, validate: bool
-    ) -> tuple[list[int], dict[int, str], dict[int, str]]:
-        # A pipelined batch (Redis) holds every encoded body until it is flushed: send
-        # outbox_sweep_batch_bytes of payload at a time, so a transaction of many large
-        # dispatches never holds all of them encoded at once. A part that published
-        # nothing leaves the rest unsent (the broker is unreachable): one wait, not one
-        # per part.
-        published: list[int] = []
-        failed: dict[int, str] = {}
-        fatal: dict[int, str] = {}
-        start = 0
-        while start < len(messages):
-            rest = messages[start:]
-            budget = self.config.sweep_batch_bytes
-            part = rest[: within_budget((len(m.payload) for m in rest), budget)]
-            start += len(part)
-            sent, not_sent, bad = self._send(part, validate=validate)
-            published += sent
-            failed.update(not_sent)
-            fatal.update(bad)
-            if not_sent and not sent:
-                error = next(iter(not_sent.values()))
-                failed.update((m.id, error) for m in messages[start:])
-                break
-        return published, failed, fatal
-
-    def _send(
-        self, messages: Iterable[StoredMessage], *, validate: bool
-    ) -> tuple[list[int], dict[int, str], dict[int, str]]:
-        pending: list[StoredMessage] = []
-        fatal: dict[int, str] = {}
-        for message in messages:
-            try:
-                if validate:
-                    self._validate(message)
-            except _Unpublishable as exc:
-                fatal[message.id] = str(exc)
-            else:
-                pending.append(message)
-        if not pending:
-            return [], {}, fatal
-        # One deadline for the pass, renewed only when the broker accepts a message: a
-        # stalled broker costs one wait, not one per row.
-        deadline = self._deadline()
-        try:
-            producer = self._producer(deadline)
-        except Exception as exc:  # noqa: BLE001 - unreachable broker: every row waits
-            self._discard()
-            return [], {m.id: _describe(exc) for m in pending}, fatal
-        if self.batch_publish and _batches(producer):
-            published, failed = self._publish_batch(producer, pending, deadline)
-        else:
-            published, failed = self._publish_each(pending, deadline)
-        return published, failed, fatal
-
-    def _publish_batch(
-        self, producer: Producer, pending: list[StoredMessage], deadline: Deadline
-    ) -> tuple[list[int], dict[int, str]]:
-        # The transport pipelines (Redis): the whole claim goes out in one round trip
-        # instead of one per message. max_size keeps kombu from flushing part of it
-        # early, so on any error nothing was sent, or the flush failed and delivery is
-        # uncertain: either way publish the rows again one by one (at least once), in
-        # the time the pass has left. A timeout means the broker stalls: no fallback.
-        try:
-            size = _COMMANDS_PER_MESSAGE * len(pending)
-            with producer.batch(max_size=size):  # type: ignore[attr-defined]
-                for message in pending:
-                    self._publish_one(producer, message, deadline)
-        except Exception as exc:  # noqa: BLE001 - fall back: each row succeeds or fails alone
-            self._discard()
-            if broker.timed_out(exc):
-                return [], {m.id: _describe(exc) for m in pending}
-            return self._publish_each(pending, deadline)
-        return [m.id for m in pending], {}
-
-    def _publish_each(
-        self, pending: list[StoredMessage], deadline: Deadline
-    ) -> tuple[list[int], dict[int, str]]:
-        published: list[int] = []
-        failed: dict[int, str] = {}
-        for index, message in enumerate(pending):
-            try:
-                producer = self._producer(deadline)
-            except Exception as exc:  # noqa: BLE001 - unreachable broker: skip the rest
-                self._discard()
-                failed.update((m.id, _describe(exc)) for m in pending[index:])
-                break
-            try:
-                self._publish_one(producer, message, deadline)
-            except Exception as exc:  # noqa: BLE001 - any publish error: retry the row later
-                self._discard()
-                failed[message.id] = _describe(exc)
-                if broker.timed_out(exc):  # stalled or out of time: the rest waits too
-                    failed.update((m.id, _describe(exc)) for m in pending[index + 1 :])
-                    break
-            else:
-                published.append(message.id)
-        return published, failed
-
-    def _validate(self, message: StoredMessage) -> None:
-        if message.task_name not in self.app.tasks:
-            raise _Unpublishable(f"task {message.task_name!r} is not registered with this app")
-        try:
-            decode_body(
-                message.payload,
-                message.options,
-                accept=self.app.conf.accept_content,
-                max_bytes=self.config.max_payload_bytes,
-            )
-        except PayloadError as exc:
-            raise _Unpublishable(f"payload refused: {exc}") from exc
-        except Exception as exc:
-            raise _Unpublishable(f"payload cannot be decoded: {_describe(exc)}") from exc
-
-    def _publish_one(self, producer: Producer, message: NewMessage, deadline: Deadline) -> None:
-        options = message.options
-        headers = dict(options.get("headers") or {})
-        if "compression" in options:
-            headers["compression"] = options["compression"]
-        timeout = broker.bound(self._local.connection, deadline)  # the producer's
-        producer.publish(
-            publish_body(message.payload, options),
-            exchange=options.get("exchange", ""),
-            routing_key=options.get("routing_key", ""),
-            headers=headers,
-            content_type=options["content_type"],
-            content_encoding=options["content_encoding"],
-            delivery_mode=options.get("delivery_mode"),
-            declare=self._queues(producer, options.get("declare") or ()),
-            retry=False,
-            timeout=timeout,
-            confirm_timeout=timeout,
-            **self._properties(options, headers),
-        )
-        deadline.progressed()
-
-    def _properties(self, options: dict[str, Any] | Any, headers: dict[str, Any]) -> dict[str, Any]:
-        properties = dict(options.get("properties") or {})
-        expires = headers.get("expires")
-        if expires and "expiration" in properties:
-            # The TTL counts from the publish, so shorten it by the time spent waiting.
-            left = datetime.fromisoformat(expires) - self.clock()
-            properties["expiration"] = max(left.total_seconds(), 0.0)
-        return properties
-
-    def _queues(self, producer: Producer, names: Iterable[str]) -> list[Any]:
-        # Bound to the producer's channel once: kombu copies and binds an unbound queue
-        # on every publish that declares it, half the cost of a publish in a batch.
-        bound: dict[str, Any] = self._local.bound_queues
-        channel: Any = producer.channel
-        queues = []
-        for name in names:
-            queue = bound.get(name)
-            if queue is None or queue.channel is not channel:
-                queue = bound[name] = self.app.amqp.queues[name].bind(channel)
-            queues.append(queue)
-        return queues
-
-    def _producer(self, deadline: Deadline) -> Producer:
-        conn: Connection | None = getattr(self._local, "connection", None)
-        if conn is not None and not conn.connected:
-            # Reopen rather than let kombu reconnect with the bounds of another pass.
-            self._discard()
-            conn = None
-        if conn is None:
-            conn = broker.connect(self.app, deadline)
-            self._local.connection = conn
-            self._local.producer = None
-            self._local.bound_queues = {}
-        if self._local.producer is None:
-            self._local.producer = self.app.amqp.Producer(conn, auto_declare=False)
-        producer: Producer = self._local.producer
-        return producer
+        self.producers.close()
 
     # -- failures -------------------------------------------------------------------
     def _record_failures(
-        self, claim: Claim, failed: dict[int, str], fatal: dict[int, str], *, using: str | None
-    ) -> None:
+        self, claim: Claim, failed: dict[int, str], *, using: str | None
+    ) -> set[int]:
+        """Reschedule rows the broker did not take, one statement per error and attempt
+        count; the ids of those the store fails for good (their last attempt)."""
         attempts = {m.id: m.attempts for m in claim.messages}
         groups: dict[tuple[str, int], list[int]] = defaultdict(list)
         for message_id, error in failed.items():
             groups[(error, attempts[message_id])].append(message_id)
+        gave_up: set[int] = set()
+        max_attempts = self.config.publish_max_attempts
         for (error, tries), ids in groups.items():
             retry_at = self.clock() + PUBLISH_BACKOFF.delay_for(tries + 1, rng=self.rng)
             logger.warning(
@@ -412,39 +227,25 @@ class Relay:
                 retry_at.isoformat(),
             )
             self.store.record_failure(
+                claim, ids, error=error, retry_at=retry_at, max_attempts=max_attempts, using=using
+            )
+            if gives_up(tries, max_attempts=max_attempts, retry_at=retry_at):
+                gave_up.update(ids)
+        return gave_up
+
+    def _record_fatal(self, claim: Claim, fatal: dict[int, str], *, using: str | None) -> set[int]:
+        """Fail rows no retry can publish, each with its own error; their ids."""
+        for message_id, error in fatal.items():
+            logger.error("celery-outbox: row %d failed for good: %s", message_id, error)
+            self.store.record_failure(
                 claim,
-                ids,
+                [message_id],
                 error=error,
-                retry_at=retry_at,
+                retry_at=None,
                 max_attempts=self.config.publish_max_attempts,
                 using=using,
             )
-        if fatal:
-            for message_id, error in fatal.items():
-                logger.error("celery-outbox: row %d failed for good: %s", message_id, error)
-                self.store.record_failure(
-                    claim,
-                    [message_id],
-                    error=error,
-                    retry_at=None,
-                    max_attempts=self.config.publish_max_attempts,
-                    using=using,
-                )
-
-
-#: Upper bound of the transport commands one message adds to a publish batch (Redis: one
-#: LPUSH, plus a PEXPIRE per priority step for queues with an expiry).
-_COMMANDS_PER_MESSAGE = 16
-
-
-def _batches(producer: Producer) -> bool:
-    """Whether ``producer`` can pipeline publishes (kombu >= 5.7 on Redis)."""
-    channel = producer.channel
-    return (
-        hasattr(producer, "batch")
-        and getattr(channel, "create_publish_batch", None) is not None
-        and bool(getattr(channel, "supports_batch_publish", True))
-    )
+        return set(fatal)
 
 
 def _log_after_commit_failure(count: int) -> None:
@@ -462,7 +263,3 @@ def _merged(first: PublishReport, second: PublishReport) -> PublishReport:
         failed={**first.failed, **second.failed},
         gave_up=first.gave_up | second.gave_up,
     )
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"[:2000]

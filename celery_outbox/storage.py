@@ -10,7 +10,8 @@ app installs an ORM store; other apps install
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from celery_outbox.records import (
@@ -39,6 +40,34 @@ def within_budget(sizes: Iterable[int], max_bytes: int | None) -> int:
             break
         taken, held = taken + 1, held + size
     return taken
+
+
+def gives_up(attempts: int, *, max_attempts: int, retry_at: datetime | None) -> bool:
+    """Whether a row that failed ``attempts`` times before becomes ``failed`` now.
+
+    The rule of :meth:`OutboxStore.record_failure`: when there is no ``retry_at``, or
+    this attempt brings the row to ``max_attempts``. Stores that cannot decide in SQL
+    decide with this (the SQL stores apply the same rule, held to it by the contract
+    suite), and the relay reports with it which rows it gave up on.
+    """
+    return retry_at is None or attempts + 1 >= max_attempts
+
+
+def publisher_key(publish: PublishCallback) -> Hashable:
+    """The key of ``publish``'s on-commit batch: equal for publishers that do the same thing.
+
+    Every store groups the rows one transaction deferred by this key, so two equal
+    ``functools.partial`` of one function and arguments (``Relay.publisher``) share a
+    batch, and different publishers (or aliases) get one batch each.
+    """
+    if isinstance(publish, functools.partial):
+        try:
+            key = (publisher_key(publish.func), publish.args, frozenset(publish.keywords.items()))
+            hash(key)
+        except TypeError:  # unhashable arguments: this publisher gets its own batch
+            return publish
+        return key
+    return publish
 
 
 class OutboxStore(abc.ABC):
@@ -76,11 +105,11 @@ class OutboxStore(abc.ABC):
     ) -> None:
         """Arrange for ``publish(messages)`` to run once, right after the current commit.
 
-        ``messages`` holds every row deferred in that transaction (one batch, one
-        callback). A rolled-back transaction calls nothing; rows of a rolled-back
-        savepoint may still be listed, and :meth:`still_leased` and :meth:`claim` drop
-        them because they do not exist. Outside a transaction ``publish`` runs before
-        this returns.
+        ``messages`` holds every row deferred in that transaction with that publisher
+        (one batch, one callback, per :func:`publisher_key`). A rolled-back transaction
+        calls nothing; rows of a rolled-back savepoint may still be listed, and
+        :meth:`still_leased` and :meth:`claim` drop them because they do not exist.
+        Outside a transaction ``publish`` runs before this returns.
         """
 
     @abc.abstractmethod
@@ -165,8 +194,9 @@ class OutboxStore(abc.ABC):
 
         One statement. Each row's ``attempts`` grows by one and ``last_error`` becomes
         ``error``; a row then at ``max_attempts`` or more, or every row when ``retry_at``
-        is ``None``, becomes ``failed``; the others stay ``pending``, due at
-        ``retry_at``. Fenced like :meth:`mark_published`. Returns how many rows changed.
+        is ``None``, becomes ``failed`` (:func:`gives_up`) and keeps its ``available_at``;
+        the others stay ``pending``, due at ``retry_at``. Fenced like
+        :meth:`mark_published`. Returns how many rows changed.
         """
 
     @abc.abstractmethod

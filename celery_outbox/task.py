@@ -2,39 +2,26 @@
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from celery import Task
-from celery.exceptions import Ignore, Reject, Retry
+from celery import Celery, Task, bootsteps
+from celery.exceptions import Retry
 from celery.result import AsyncResult
 from kombu.utils.uuid import uuid
 
-from celery_outbox import task_options
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.dead_lettering import (
-    write_config_dead_letter,
-    write_dead_letter,
-    write_redelivery_dead_letter,
-)
 from celery_outbox.envelope import build_message, serialise_body
-from celery_outbox.exceptions import OutboxConfigError, RetriesExhausted, StoreError
-from celery_outbox.failures import first_failed_at, requeue_later, schedule_retry
+from celery_outbox.exceptions import RetriesExhausted
 from celery_outbox.limits import check_argument_depth
 from celery_outbox.records import StoredMessage
 from celery_outbox.registry import relay_for, store_for
-from celery_outbox.retrying import Outcome, decide
-from celery_outbox.storage import OutboxStore
-
-logger = logging.getLogger(__name__)
-
-#: Set on a request once its failure was handled (retried or dead-lettered).
-_HANDLED = "_outbox_failure_handled"
-
+from celery_outbox.worker import runner
+from celery_outbox.worker.attempt import attempt_from_request
+from celery_outbox.worker.options import check_tasks, checked_options
 
 if TYPE_CHECKING:
     _TaskBase = Task[Any, Any]
@@ -79,7 +66,7 @@ class OutboxTask(_TaskBase):
     def on_bound(cls, app: Any) -> None:
         """Have ``app``'s workers check every outbox task's options when they start."""
         super().on_bound(app)
-        app.steps["worker"].add(task_options.TaskOptionsCheck)
+        app.steps["worker"].add(TaskOptionsCheck)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the task; on failure retry without sleeping, or write a dead letter."""
@@ -88,52 +75,12 @@ class OutboxTask(_TaskBase):
             return super().__call__(*args, **kwargs)
         if request.is_eager:
             return self.run(*args, **kwargs)
-        if (request.delivery_info or {}).get("redelivered"):
-            return self._run_redelivered(request, args, kwargs)
-        return self._run_attempt(request, args, kwargs)
-
-    def _run_attempt(self, request: Any, args: Any, kwargs: Any) -> Any:
-        try:
-            return self.run(*args, **kwargs)
-        except (Retry, Ignore, Reject):
-            raise
-        except Exception as exc:  # any failure is retried or dead-lettered: that is the point
-            if getattr(request, _HANDLED, False):
-                raise
-            outcome = self._after_failure(exc, explicit=False)
-            if isinstance(outcome, Retry):
-                raise outcome from None
-            raise
-
-    def _run_redelivered(self, request: Any, args: Any, kwargs: Any) -> Any:
-        # A redelivered message may be one that keeps killing its worker: count it,
-        # and past outbox_max_deliveries dead-letter it without running it again.
-        app, now = self.app, utcnow()
-        store, limit = store_for(app), OutboxConfig.from_celery(app).max_deliveries
-        try:
-            deliveries = store.record_delivery(request.id, now=now)
-        except StoreError as store_exc:
-            requeue_later(self, request, store_exc)
-        if deliveries > limit:
-            setattr(request, _HANDLED, True)
-            error = write_redelivery_dead_letter(
-                self, request, deliveries=deliveries, limit=limit, now=now
-            )
-            self._forget_deliveries(store, request.id)
-            raise error
-        try:
-            return self._run_attempt(request, args, kwargs)
-        finally:
-            self._forget_deliveries(store, request.id)
-
-    @staticmethod
-    def _forget_deliveries(store: OutboxStore, task_id: str) -> None:
-        try:
-            store.forget_deliveries(task_id)
-        except StoreError:  # a stale count only makes a later redelivery look older
-            logger.warning(
-                "celery-outbox: could not clear the delivery count of %s", task_id, exc_info=True
-            )
+        return runner.run_attempt(
+            self,
+            attempt_from_request(self, request),
+            lambda: self.run(*args, **kwargs),
+            rng=self.rng,
+        )
 
     def retry(
         self,
@@ -148,60 +95,30 @@ class OutboxTask(_TaskBase):
     ) -> Retry:
         """Retry the running task on its backoff window (or ``countdown``/``eta``).
 
-        Celery's signature; ``args``/``kwargs``/``options`` overrides are not supported
-        (the retry repeats the same call). Exhausted retries write a dead letter and
-        raise ``exc`` (or :class:`RetriesExhausted`).
+        Celery's signature: ``args``/``kwargs`` replace the next attempt's arguments
+        (merged as Celery merges them), ``options`` are ``apply_async`` options of the
+        retried message (``queue``, ``priority``, ``headers`` ...). Exhausted retries
+        write a dead letter, with the arguments the failed attempt ran with, and raise
+        ``exc`` (or :class:`RetriesExhausted`).
         """
         request = self.request
         if request.called_directly or request.is_eager:
             return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
-        raise self._after_failure(
+        attempt = runner.running_attempt()
+        if attempt is None or attempt.task_id != request.id:
+            attempt = attempt_from_request(self, request)
+        raise runner.retry(
+            self,
+            attempt,
             exc or RetriesExhausted(),
-            explicit=True,
+            rng=self.rng,
+            args=args,
+            kwargs=kwargs,
             countdown=countdown,
             eta=eta,
             max_retries=max_retries,
+            overrides=options,
         )
-
-    def _after_failure(
-        self,
-        exc: Exception,
-        *,
-        explicit: bool,
-        countdown: float | None = None,
-        eta: datetime | None = None,
-        max_retries: int | None = None,
-    ) -> Exception:
-        """Schedule a retry (returning ``Retry``) or write a dead letter (returning ``exc``)."""
-        request, now = self.request, utcnow()
-        setattr(request, _HANDLED, True)
-        first = first_failed_at(request, now)
-        try:
-            options, delay = task_options.with_retry_arguments(
-                task_options.options_from_task(self),
-                countdown=countdown,
-                eta=eta,
-                max_retries=max_retries,
-            )
-            decision = decide(
-                exc,
-                options,
-                retries=request.retries,
-                first_failed_at=first,
-                now=now,
-                rng=self.rng,
-                countdown=delay,
-                explicit=explicit,
-            )
-            if decision.outcome is Outcome.RETRY and decision.delay is not None:
-                return schedule_retry(
-                    self, request, exc, delay=decision.delay, first_failed=first, now=now
-                )
-        except OutboxConfigError as config_error:  # found only now: dead-letter, never drop
-            write_config_dead_letter(self, request, exc, config_error, first_failed=first, now=now)
-            return exc
-        write_dead_letter(self, request, exc, outcome=decision.outcome, first_failed=first, now=now)
-        return exc
 
     def apply_async(
         self,
@@ -237,7 +154,7 @@ class OutboxTask(_TaskBase):
         """
         app = self.app
         config = OutboxConfig.from_celery(app)
-        task_options.checked_options(self)
+        checked_options(self)
         task_id = task_id or uuid()
         options = dict(options, link=link, link_error=link_error, shadow=shadow)
         if app.conf.task_always_eager:
@@ -308,3 +225,24 @@ class OutboxTask(_TaskBase):
 
         store_for(self.app).on_commit(run, using=using)
         return outcome[0] if outcome else self.AsyncResult(task_id)
+
+
+def check_app(app: Celery) -> None:
+    """Check the ``outbox_*`` settings of ``app``, then the options of every ``OutboxTask``
+    of ``app``, reporting all bad ones.
+
+    Raises
+    ------
+    OutboxConfigError
+        One message listing each task whose options are not accepted.
+    """
+    check_tasks(app, [task for task in app.tasks.values() if isinstance(task, OutboxTask)])
+
+
+class TaskOptionsCheck(bootsteps.Step):
+    """Worker boot step: refuse to start while an ``OutboxTask`` has bad retry options,
+    rather than lose its messages at their first failure."""
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        check_app(parent.app)
+        super().__init__(parent, **kwargs)

@@ -10,35 +10,26 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import replace
 from datetime import datetime
 
 from celery_outbox.clock import Clock, utcnow
+from celery_outbox.memory_letters import MemoryDeadLetters
+from celery_outbox.memory_transactions import MemoryTransactions
 from celery_outbox.records import (
     Claim,
-    DeadLetterStatus,
     MessageStatus,
-    NewDeadLetter,
     NewMessage,
     StoredDeadLetter,
     StoredMessage,
 )
-from celery_outbox.storage import OutboxStore, PublishCallback, within_budget
+from celery_outbox.rows import message_columns, stored_message
+from celery_outbox.storage import PublishCallback, gives_up, within_budget
 
 
-@dataclass
-class _Frame:
-    """One open transaction or savepoint: what to restore, and what to run on commit."""
-
-    rows: dict[int, StoredMessage]
-    letters: dict[int, StoredDeadLetter]
-    callbacks: list[Callable[[], object]] = field(default_factory=list)
-    batch: list[StoredMessage] | None = None
-
-
-class InMemoryOutboxStore(OutboxStore):
+class InMemoryOutboxStore(MemoryDeadLetters):
     """Outbox rows and dead letters in dictionaries, with transactions and savepoints."""
 
     def __init__(self, *, clock: Clock = utcnow) -> None:
@@ -48,56 +39,29 @@ class InMemoryOutboxStore(OutboxStore):
         self.deliveries: dict[str, int] = {}
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
-        self._local = threading.local()
+        self._transactions = MemoryTransactions(
+            snapshot=lambda: (copy.copy(self.rows), copy.copy(self.letters)),
+            restore=self._restore,
+            lock=self._lock,
+        )
 
     # -- transactions ---------------------------------------------------------------
-    @contextmanager
-    def atomic(self) -> Iterator[None]:
+    def atomic(self) -> AbstractContextManager[None]:
         """A transaction (or, nested, a savepoint): rolled back if the block raises."""
-        with self._lock:
-            frame = _Frame(rows=copy.copy(self.rows), letters=copy.copy(self.letters))
-        self._stack.append(frame)
-        try:
-            yield
-        except BaseException:
-            self._stack.pop()
-            with self._lock:
-                self.rows, self.letters = frame.rows, frame.letters
-            raise
-        self._stack.pop()
-        if self._stack:
-            self._stack[-1].callbacks.extend(frame.callbacks)
-            return
-        for callback in frame.callbacks:
-            callback()
+        return self._transactions.atomic()
 
-    @property
-    def _stack(self) -> list[_Frame]:
-        if not hasattr(self._local, "stack"):
-            self._local.stack = []
-        stack: list[_Frame] = self._local.stack
-        return stack
+    def _restore(
+        self, snapshot: tuple[dict[int, StoredMessage], dict[int, StoredDeadLetter]]
+    ) -> None:
+        self.rows, self.letters = snapshot
 
     def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
-        if self._stack:
-            self._stack[-1].callbacks.append(callback)
-        else:
-            callback()
+        self._transactions.on_commit(callback)
 
     def defer_publish(
         self, message: StoredMessage, publish: PublishCallback, *, using: str | None = None
     ) -> None:
-        if not self._stack:
-            publish([message])
-            return
-        outer = self._stack[0]
-        if outer.batch is None:
-            batch: list[StoredMessage] = []
-            outer.batch = batch
-            # Registered on the outermost frame, so a rolled-back savepoint cannot drop it;
-            # rows of such a savepoint are gone, and still_leased()/claim() skip them.
-            outer.callbacks.append(lambda: publish(batch))
-        outer.batch.append(message)
+        self._transactions.defer_publish(message, publish)
 
     # -- dispatch ---------------------------------------------------------------------
     def add(self, message: NewMessage, *, using: str | None = None) -> int | None:
@@ -108,11 +72,8 @@ class InMemoryOutboxStore(OutboxStore):
             ):
                 return None
             row_id = next(self._ids)
-            self.rows[row_id] = StoredMessage(
-                **{f: getattr(message, f) for f in _NEW_MESSAGE_FIELDS},
-                id=row_id,
-                created_at=self.clock(),
-            )
+            columns = message_columns(message, created_at=self.clock())
+            self.rows[row_id] = stored_message({**columns, "id": row_id})
             return row_id
 
     # -- publishing and sweeping ----------------------------------------------------------
@@ -207,11 +168,10 @@ class InMemoryOutboxStore(OutboxStore):
         with self._lock:
             held = self._held(claim, ids)
             for row in held:
-                attempts = row.attempts + 1
-                failed = retry_at is None or attempts >= max_attempts
+                failed = gives_up(row.attempts, max_attempts=max_attempts, retry_at=retry_at)
                 self.rows[row.id] = replace(
                     row,
-                    attempts=attempts,
+                    attempts=row.attempts + 1,
                     last_error=error,
                     locked_until=None,
                     status=MessageStatus.FAILED if failed else MessageStatus.PENDING,
@@ -297,67 +257,6 @@ class InMemoryOutboxStore(OutboxStore):
             for row_id in doomed:
                 del self.rows[row_id]
             return len(doomed)
-
-    # -- deliveries -----------------------------------------------------------------
-    def record_delivery(self, task_id: str, *, now: datetime, using: str | None = None) -> int:
-        with self._lock:
-            self.deliveries[task_id] = self.deliveries.get(task_id, 1) + 1
-            return self.deliveries[task_id]
-
-    def forget_deliveries(self, task_id: str, *, using: str | None = None) -> None:
-        with self._lock:
-            self.deliveries.pop(task_id, None)
-
-    # -- dead letters -------------------------------------------------------------------
-    def add_dead_letter(self, letter: NewDeadLetter, *, using: str | None = None) -> int:
-        with self._lock:
-            letter_id = next(self._ids)
-            self.letters[letter_id] = StoredDeadLetter(
-                **{f: getattr(letter, f) for f in _NEW_LETTER_FIELDS}, id=letter_id
-            )
-            return letter_id
-
-    def get_dead_letter(
-        self, letter_id: int, *, using: str | None = None
-    ) -> StoredDeadLetter | None:
-        return self.letters.get(letter_id)
-
-    def requeue_dead_letter(
-        self,
-        letter_id: int,
-        message: NewMessage,
-        *,
-        by: str,
-        now: datetime,
-        using: str | None = None,
-    ) -> tuple[str, int | None]:
-        with self._lock:
-            letter = self.letters.get(letter_id)
-            if letter is None:
-                raise LookupError(f"No dead letter with id {letter_id!r}.")
-            if letter.status is not DeadLetterStatus.DEAD:
-                return letter.requeued_task_id, None
-            row_id = self.add(message, using=using)
-            self.letters[letter_id] = replace(
-                letter,
-                status=DeadLetterStatus.REQUEUED,
-                requeued_at=now,
-                requeued_by=by,
-                requeued_task_id=message.task_id,
-            )
-            return message.task_id, row_id
-
-    def discard_dead_letter(self, letter_id: int, *, using: str | None = None) -> bool:
-        with self._lock:
-            letter = self.letters.get(letter_id)
-            if letter is None or letter.status is not DeadLetterStatus.DEAD:
-                return False
-            self.letters[letter_id] = replace(letter, status=DeadLetterStatus.DISCARDED)
-            return True
-
-
-_NEW_MESSAGE_FIELDS = tuple(NewMessage.__dataclass_fields__)
-_NEW_LETTER_FIELDS = tuple(NewDeadLetter.__dataclass_fields__)
 
 
 def _claimable(row: StoredMessage, now: datetime) -> bool:

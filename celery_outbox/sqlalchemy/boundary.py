@@ -3,26 +3,23 @@ datetimes are refused on the way in, before any SQL runs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import datetime
 
 from sqlalchemy import exc as sa_exc
 
-from celery_outbox.exceptions import StoreDataError, StoreError
 from celery_outbox.records import check_aware
+from celery_outbox.store_errors import store_errors as translated
+
+#: Values the database refuses: :class:`~celery_outbox.exceptions.StoreDataError`.
+DATA_ERRORS = (sa_exc.DataError, sa_exc.IntegrityError)
+#: Driver and pool errors: :class:`~celery_outbox.exceptions.StoreError`.
+OUTAGE_ERRORS = (sa_exc.DBAPIError, sa_exc.TimeoutError)
 
 
-@contextmanager
-def store_errors(action: str) -> Iterator[None]:
-    """Raise a driver or pool error as :class:`StoreError`, keeping the cause; a value
-    the database refuses as :class:`StoreDataError` (not an outage)."""
-    try:
-        yield
-    except (sa_exc.DataError, sa_exc.IntegrityError) as exc:
-        raise StoreDataError(f"celery-outbox could not {action}: {exc}") from exc
-    except (sa_exc.DBAPIError, sa_exc.TimeoutError) as exc:
-        raise StoreError(f"celery-outbox could not {action}: {exc}") from exc
+def store_errors(action: str) -> AbstractContextManager[None]:
+    """Raise SQLAlchemy's errors as the core's (:mod:`celery_outbox.store_errors`)."""
+    return translated(action, data=DATA_ERRORS, outage=OUTAGE_ERRORS)
 
 
 def require_aware(**values: datetime | None) -> None:

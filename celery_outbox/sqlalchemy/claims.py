@@ -15,7 +15,8 @@ from typing import Any
 from sqlalchemy import CTE, Connection, Select, Table, func, select, update
 
 from celery_outbox.records import StoredMessage
-from celery_outbox.sqlalchemy.statements import to_message
+from celery_outbox.rows import stored_message
+from celery_outbox.sqlalchemy.statements import has_skip_locked
 from celery_outbox.storage import within_budget
 
 
@@ -27,9 +28,12 @@ def lease(
     lease_until: datetime,
     max_bytes: int | None = None,
 ) -> list[StoredMessage]:
-    """Lease the rows ``candidates`` selects (it locks them where it can), ordered by
-    ``(available_at, id)`` and cut at ``max_bytes`` of payload; return them."""
+    """Lease the rows ``candidates`` selects (locked, skipping locked rows, where the
+    database can), ordered by ``(available_at, id)`` and cut at ``max_bytes`` of payload;
+    return them."""
     c = table.c
+    if has_skip_locked(conn):
+        candidates = candidates.with_for_update(skip_locked=True)
     size = (func.length if conn.dialect.name == "sqlite" else func.octet_length)(c.payload)
     sized = candidates.with_only_columns(c.id, c.available_at, size.label("size"))
     if conn.dialect.update_returning:
@@ -39,14 +43,14 @@ def lease(
             .values(locked_until=lease_until)
             .returning(*c)
         )
-        messages = [to_message(row) for row in conn.execute(stmt).mappings().all()]
+        messages = [stored_message(row) for row in conn.execute(stmt).mappings().all()]
     else:
         found = conn.execute(sized).all()  # locks the candidates; payloads stay behind
         ids = [row.id for row in found[: within_budget((row.size for row in found), max_bytes)]]
         if ids:
             conn.execute(update(table).where(c.id.in_(ids)).values(locked_until=lease_until))
         rows = conn.execute(select(table).where(c.id.in_(ids))).mappings().all() if ids else []
-        messages = [to_message(row) for row in rows]
+        messages = [stored_message(row) for row in rows]
     return sorted(messages, key=lambda m: (m.available_at, m.id))
 
 

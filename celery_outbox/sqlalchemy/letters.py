@@ -9,39 +9,27 @@ from typing import Any
 from sqlalchemy import Connection, Table, select, update
 
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter, StoredDeadLetter
+from celery_outbox.rows import letter_columns, stored_letter
 from celery_outbox.sqlalchemy import statements as sql
+from celery_outbox.sqlalchemy.tables import OutboxTables
 
 DEAD = DeadLetterStatus.DEAD.value
-
-_FIELDS = (
-    "task_id", "task_name", "args", "kwargs", "exception_type", "exception_message",
-    "traceback", "retries", "first_failed_at", "failed_at",
-)  # fmt: skip
 
 
 def insert(conn: Connection, table: Table, letter: NewDeadLetter) -> int:
     """Write ``letter`` as a ``dead`` letter; its id."""
-    values = {
-        **{f: getattr(letter, f) for f in _FIELDS},
-        "options": dict(letter.options),
-        "status": DEAD,
-        "requeued_at": None,
-        "requeued_by": "",
-        "requeued_task_id": "",
-    }
-    return sql.inserted_id(conn.execute(table.insert().values(values)))
+    return sql.inserted_id(conn.execute(table.insert().values(letter_columns(letter))))
 
 
 def get(conn: Connection, table: Table, letter_id: int) -> StoredDeadLetter | None:
     """The letter with that id, or ``None``."""
     row = conn.execute(select(table).where(table.c.id == letter_id)).mappings().first()
-    return None if row is None else _to_letter(row)
+    return None if row is None else stored_letter(row)
 
 
 def requeue(
     conn: Connection,
-    table: Table,
-    outbox: Table,
+    tables: OutboxTables,
     letter_id: int,
     *,
     message: Mapping[str, Any],
@@ -49,7 +37,7 @@ def requeue(
     now: datetime,
 ) -> tuple[str, int | None]:
     """Mark a ``dead`` letter requeued and insert ``message`` (row values); see the store."""
-    task_id = str(message["task_id"])
+    table, task_id = tables.dead_letter, str(message["task_id"])
     # A compare-and-set on the status: two concurrent requeues write one row.
     marked = conn.execute(
         update(table)
@@ -62,7 +50,7 @@ def requeue(
         )
     )
     if marked.rowcount == 1:
-        return task_id, sql.insert_pending(conn, outbox, message)
+        return task_id, sql.insert_pending(conn, tables.outbox, message)
     existing = conn.execute(select(table.c.requeued_task_id).where(table.c.id == letter_id)).first()
     if existing is None:
         raise LookupError(f"No dead letter with id {letter_id}.")
@@ -77,15 +65,3 @@ def discard(conn: Connection, table: Table, letter_id: int) -> bool:
         .values(status=DeadLetterStatus.DISCARDED.value)
     )
     return bool(conn.execute(stmt).rowcount == 1)
-
-
-def _to_letter(row: Mapping[Any, Any]) -> StoredDeadLetter:
-    return StoredDeadLetter(
-        **{f: row[f] for f in _FIELDS},
-        options=row["options"],
-        id=row["id"],
-        status=DeadLetterStatus(row["status"]),
-        requeued_at=row["requeued_at"],
-        requeued_by=row["requeued_by"],
-        requeued_task_id=row["requeued_task_id"],
-    )

@@ -18,6 +18,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     CursorResult,
+    Select,
     Table,
     and_,
     case,
@@ -32,28 +33,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-from celery_outbox.records import MessageStatus, NewMessage, StoredMessage
+from celery_outbox.records import MessageStatus, StoredMessage
 
 PENDING = MessageStatus.PENDING.value
 FAILED = MessageStatus.FAILED.value
 PUBLISHED = MessageStatus.PUBLISHED.value
-
-
-def message_values(message: NewMessage, *, created_at: datetime) -> dict[str, Any]:
-    """Column values of a new ``pending`` row."""
-    return {
-        "task_id": message.task_id,
-        "task_name": message.task_name,
-        "payload": message.payload,
-        "options": dict(message.options),
-        "status": PENDING,
-        "available_at": message.available_at,
-        "attempts": 0,
-        "last_error": "",
-        "locked_until": message.locked_until,
-        "created_at": created_at,
-        "published_at": None,
-    }
 
 
 def insert_pending(conn: Connection, table: Table, values: Mapping[str, Any]) -> int | None:
@@ -102,6 +86,29 @@ def due(table: Table, now: datetime) -> ColumnElement[bool]:
     )
 
 
+def by_ids(table: Table, ids: Sequence[int], now: datetime) -> Select[Any]:
+    """The rows of ``ids`` a claim may take at ``now``, oldest due first."""
+    c = table.c
+    return select(table).where(c.id.in_(ids), due(table, now)).order_by(c.available_at, c.id)
+
+
+def due_past_grace(
+    table: Table, now: datetime, created_before: datetime, limit: int
+) -> Select[Any]:
+    """Up to ``limit`` rows a sweep may claim at ``now``, oldest due first."""
+    c = table.c
+    where = and_(due(table, now), past_grace(table, created_before))
+    return select(table).where(where).order_by(c.available_at, c.id).limit(limit)
+
+
+def oldest_pending(conn: Connection, table: Table) -> datetime | None:
+    """``created_at`` of the oldest pending row, or ``None``."""
+    c = table.c
+    stmt = select(c.created_at).where(c.status == PENDING).order_by(c.created_at).limit(1)
+    oldest: datetime | None = conn.execute(stmt).scalar()
+    return oldest
+
+
 def past_grace(table: Table, created_before: datetime) -> ColumnElement[bool]:
     """Created before ``created_before``, or parked (due after it was created): rows no
     on-commit publisher may still hold."""
@@ -115,11 +122,15 @@ def fenced(table: Table, ids: Sequence[int], leases: Iterable[datetime]) -> Colu
     return and_(c.id.in_(ids), c.locked_until.in_(list(leases)), c.status == PENDING)
 
 
-def leases_of(conn: Connection, table: Table, ids: Sequence[int]) -> dict[int, datetime | None]:
-    """``locked_until`` of the pending rows in ``ids``, by id."""
+def still_leased(conn: Connection, table: Table, messages: Sequence[StoredMessage]) -> set[int]:
+    """The ids of ``messages`` whose row is pending and holds the message's own lease."""
     c = table.c
+    ids = [m.id for m in messages]
     rows = conn.execute(select(c.id, c.locked_until).where(c.id.in_(ids), c.status == PENDING))
-    return {row_id: lease for row_id, lease in rows}
+    leases = {row_id: lease for row_id, lease in rows}
+    return {
+        m.id for m in messages if m.locked_until is not None and leases.get(m.id) == m.locked_until
+    }
 
 
 def mark_published(
@@ -237,22 +248,9 @@ def record_delivery(conn: Connection, table: Table, task_id: str, *, now: dateti
     return int(conn.execute(select(c.deliveries).where(c.task_id == task_id)).scalar_one())
 
 
-def to_message(row: Mapping[Any, Any]) -> StoredMessage:
-    """A ``StoredMessage`` from a row of the outbox table."""
-    return StoredMessage(
-        id=row["id"],
-        task_id=row["task_id"],
-        task_name=row["task_name"],
-        payload=row["payload"],
-        options=row["options"],
-        available_at=row["available_at"],
-        status=MessageStatus(row["status"]),
-        attempts=row["attempts"],
-        last_error=row["last_error"],
-        locked_until=row["locked_until"],
-        created_at=row["created_at"],
-        published_at=row["published_at"],
-    )
+def forget_deliveries(conn: Connection, table: Table, task_id: str) -> None:
+    """Drop the delivery count of ``task_id``."""
+    conn.execute(delete(table).where(table.c.task_id == task_id))
 
 
 def has_skip_locked(conn: Connection) -> bool:

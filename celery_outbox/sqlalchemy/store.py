@@ -8,7 +8,7 @@ from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session, scoped_session
 
 from celery_outbox.clock import Clock, utcnow
@@ -20,6 +20,7 @@ from celery_outbox.records import (
     StoredDeadLetter,
     StoredMessage,
 )
+from celery_outbox.rows import message_columns
 from celery_outbox.sqlalchemy import claims, letters, transactions
 from celery_outbox.sqlalchemy import statements as sql
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
@@ -114,7 +115,7 @@ class SQLAlchemyOutboxStore(OutboxStore):
 
     # -- dispatch -------------------------------------------------------------------
     def add(self, message: NewMessage, *, using: str | None = None) -> int | None:
-        values = sql.message_values(message, created_at=self.clock())
+        values = message_columns(message, created_at=self.clock())
         with store_errors("add an outbox row"), self._caller_transaction() as conn:
             return sql.insert_pending(conn, self.tables.outbox, values)
 
@@ -140,12 +141,7 @@ class SQLAlchemyOutboxStore(OutboxStore):
         if not messages:
             return set()
         with store_errors("read outbox leases"), self.engine.connect() as conn:
-            leases = sql.leases_of(conn, self.tables.outbox, [m.id for m in messages])
-        return {
-            m.id
-            for m in messages
-            if m.locked_until is not None and leases.get(m.id) == m.locked_until
-        }
+            return sql.still_leased(conn, self.tables.outbox, messages)
 
     # -- publishing and sweeping ----------------------------------------------------
     def claim(
@@ -161,10 +157,7 @@ class SQLAlchemyOutboxStore(OutboxStore):
         wanted = list(ids)
         if not wanted:
             return Claim(messages=(), lease_until=lease_until)
-        t = self.tables.outbox
-        candidates = (
-            select(t).where(t.c.id.in_(wanted), sql.due(t, now)).order_by(t.c.available_at, t.c.id)
-        )
+        candidates = sql.by_ids(self.tables.outbox, wanted, now)
         return self._lease(candidates, lease_until=lease_until, max_bytes=max_bytes)
 
     def claim_due(
@@ -178,19 +171,11 @@ class SQLAlchemyOutboxStore(OutboxStore):
         using: str | None = None,
     ) -> Claim:
         require_aware(now=now, created_before=created_before, lease_until=lease_until)
-        t = self.tables.outbox
-        candidates = (
-            select(t)
-            .where(sql.due(t, now), sql.past_grace(t, created_before))
-            .order_by(t.c.available_at, t.c.id)
-            .limit(limit)
-        )
+        candidates = sql.due_past_grace(self.tables.outbox, now, created_before, limit)
         return self._lease(candidates, lease_until=lease_until, max_bytes=max_bytes)
 
     def _lease(self, candidates: Any, *, lease_until: datetime, max_bytes: int | None) -> Claim:
         with store_errors("claim outbox rows"), self.engine.begin() as conn:
-            if sql.has_skip_locked(conn):
-                candidates = candidates.with_for_update(skip_locked=True)
             messages = claims.lease(
                 conn, self.tables.outbox, candidates, lease_until=lease_until, max_bytes=max_bytes
             )
@@ -249,11 +234,8 @@ class SQLAlchemyOutboxStore(OutboxStore):
             return sql.count_by_status(conn, self.tables.outbox)
 
     def oldest_pending(self, *, using: str | None = None) -> datetime | None:
-        t = self.tables.outbox
-        stmt = select(t.c.created_at).where(t.c.status == sql.PENDING)
         with store_errors("read the oldest pending row"), self.engine.connect() as conn:
-            oldest: datetime | None = conn.execute(stmt.order_by(t.c.created_at).limit(1)).scalar()
-        return oldest
+            return sql.oldest_pending(conn, self.tables.outbox)
 
     def purge(
         self,
@@ -279,9 +261,8 @@ class SQLAlchemyOutboxStore(OutboxStore):
             return sql.record_delivery(conn, self.tables.delivery, task_id, now=now)
 
     def forget_deliveries(self, task_id: str, *, using: str | None = None) -> None:
-        t = self.tables.delivery
         with store_errors("forget deliveries"), self.engine.begin() as conn:
-            conn.execute(t.delete().where(t.c.task_id == task_id))
+            sql.forget_deliveries(conn, self.tables.delivery, task_id)
 
     # -- dead letters ---------------------------------------------------------------
     def add_dead_letter(self, letter: NewDeadLetter, *, using: str | None = None) -> int:
@@ -304,17 +285,9 @@ class SQLAlchemyOutboxStore(OutboxStore):
         using: str | None = None,
     ) -> tuple[str, int | None]:
         require_aware(now=now)
-        values = sql.message_values(message, created_at=self.clock())
+        values = message_columns(message, created_at=self.clock())
         with store_errors("requeue a dead letter"), self._caller_transaction() as conn:
-            return letters.requeue(
-                conn,
-                self.tables.dead_letter,
-                self.tables.outbox,
-                letter_id,
-                message=values,
-                by=by,
-                now=now,
-            )
+            return letters.requeue(conn, self.tables, letter_id, message=values, by=by, now=now)
 
     def discard_dead_letter(self, letter_id: int, *, using: str | None = None) -> bool:
         with store_errors("discard a dead letter"), self._caller_transaction() as conn:

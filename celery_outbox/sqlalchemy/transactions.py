@@ -13,14 +13,14 @@ once, so sessions from any ``sessionmaker`` (or none) work.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
 from celery_outbox.records import StoredMessage
-from celery_outbox.storage import PublishCallback
+from celery_outbox.storage import PublishCallback, publisher_key
 
 _INFO_KEY = "celery_outbox.after_commit"
 
@@ -34,7 +34,7 @@ class _SessionCallbacks:
     #: Callbacks of a committed root transaction, run once it has closed.
     ready: list[Callback] = field(default_factory=list)
     #: Rows deferred in the root transaction, one batch per publish callback.
-    batches: dict[PublishCallback, list[StoredMessage]] = field(default_factory=dict)
+    batches: dict[Hashable, list[StoredMessage]] = field(default_factory=dict)
 
 
 def on_commit(session: Session, callback: Callback, *, root: bool = False) -> None:
@@ -48,16 +48,17 @@ def on_commit(session: Session, callback: Callback, *, root: bool = False) -> No
 
 
 def defer_publish(session: Session, message: StoredMessage, publish: PublishCallback) -> None:
-    """Add ``message`` to the batch ``publish`` receives after the root commit.
+    """Add ``message`` to the batch ``publish`` receives after the root commit (one
+    batch per :func:`~celery_outbox.storage.publisher_key`).
 
     The first row of a batch registers one callback on the root transaction, so a
     rolled-back savepoint cannot drop the batch of its parent; rows written in such a
     savepoint stay listed, and the relay skips them (they do not exist).
     """
-    state = _callbacks(session)
-    batch = state.batches.get(publish)
+    state, key = _callbacks(session), publisher_key(publish)
+    batch = state.batches.get(key)
     if batch is None:
-        batch = state.batches[publish] = []
+        batch = state.batches[key] = []
         rows = batch
 
         def run() -> None:

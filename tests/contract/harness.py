@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from celery_outbox.records import StoredMessage
+from celery_outbox.rows import stored_message
 from celery_outbox.storage import OutboxStore
 
 T = TypeVar("T")
@@ -40,6 +42,10 @@ class Harness(abc.ABC):
     def clear(self) -> None:
         """Delete every outbox row and dead letter."""
 
+    @abc.abstractmethod
+    def read(self, row_id: int) -> StoredMessage:
+        """The outbox row ``row_id`` as it is now, whatever its status."""
+
     def in_thread(self, work: Callable[[], T]) -> T:
         """Run ``work`` as a thread's body (and release what the thread opened)."""
         return work()
@@ -63,6 +69,9 @@ class MemoryHarness(Harness):
     def savepoint(self) -> Iterator[None]:
         with self.memory.atomic():
             yield
+
+    def read(self, row_id: int) -> StoredMessage:
+        return self.memory.rows[row_id]
 
     def clear(self) -> None:
         self.memory.rows.clear()
@@ -94,6 +103,14 @@ class SQLAlchemyHarness(Harness):
         with self._session.begin_nested():
             yield
 
+    def read(self, row_id: int) -> StoredMessage:
+        from sqlalchemy import select
+
+        table = self.sa_store.tables.outbox
+        with self.engine.connect() as conn:
+            row = conn.execute(select(table).where(table.c.id == row_id)).mappings().one()
+        return stored_message(row)
+
     def clear(self) -> None:
         from celery_outbox.sqlalchemy import dead_letter_table, delivery_table, outbox_table
 
@@ -124,6 +141,11 @@ class DjangoHarness(Harness):
 
         with transaction.atomic():
             yield
+
+    def read(self, row_id: int) -> StoredMessage:
+        from django_outbox.models import OutboxMessage
+
+        return stored_message(OutboxMessage.objects.get(pk=row_id))
 
     def clear(self) -> None:
         from django_outbox.models import DeadLetter, OutboxMessage

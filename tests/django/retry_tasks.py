@@ -68,6 +68,7 @@ def create_retry_app(
     task(base=OutboxTask, bind=True, name="retry.poison_once", max_retries=0)(poison)
     task(base=OutboxTask, bind=True, name="retry.bad_retry_call")(bad_retry_call)
     task(base=OutboxTask, bind=True, name="retry.options_changed")(options_changed)
+    task(base=OutboxTask, bind=True, name="retry.new_arguments")(new_arguments)
     for name, options in (misconfigured or {}).items():
         task(base=OutboxTask, bind=True, name=name, **options)(always)
     return app
@@ -144,6 +145,16 @@ def bad_retry_call(self: Task[Any, Any], key: str, arguments: dict[str, Any]) ->
     """Ask for a retry with ``arguments`` that ``retry()`` does not accept."""
     log(self, key)
     raise self.retry(exc=ValueError(f"bad retry call {key}"), **arguments)
+
+
+def new_arguments(self: Task[Any, Any], key: str, step: int = 1) -> str:
+    """Retry with new positional, then new keyword arguments; succeed at step 3."""
+    log(self, f"{key}:{step}")
+    if step == 1:
+        raise self.retry(args=(key, 2), countdown=0)
+    if step == 2:
+        raise self.retry(kwargs={"step": 3}, countdown=0)
+    return "ok"
 
 
 def options_changed(self: Task[Any, Any], key: str) -> None:

@@ -243,6 +243,21 @@ def test_a_bad_option_found_at_failure_is_a_dead_letter_not_a_lost_task(run: Run
     assert sorted(a["key"] for a in run.attempts()) == ["c", "m", "o"]  # each ran once
 
 
+def test_retry_with_new_arguments_runs_the_next_attempt_with_them(run: Run) -> None:
+    run.start()
+    result = run.app.tasks["retry.new_arguments"].delay("n")
+    bad = run.app.tasks["retry.bad_retry_call"].delay("b", {"args": "not a list"}).id
+    tries = run.wait_attempts("retry.new_arguments", 3)
+    wait_for(lambda: DeadLetter.objects.exists(), timeout=15, what="the bad call's dead letter")
+    time.sleep(0.5)
+    assert [t["key"] for t in run.attempts("retry.new_arguments")] == ["n:1", "n:2", "n:3"]
+    assert [t["retries"] for t in tries] == [0, 1, 2]
+    assert {t["id"] for t in tries} == {result.id}
+    letter = DeadLetter.objects.get()  # a retry() argument it cannot send: named, not lost
+    assert letter.task_id == bad
+    assert "args='not a list'" in letter.exception_message
+
+
 def queue_length(run: Run) -> int:
     """Messages waiting in the test's queue (not counting ones a worker holds)."""
     with Connection(run.env["OUTBOX_TEST_BROKER"]) as conn:

@@ -20,8 +20,8 @@ from sqlalchemy.engine import make_url
 from celery_outbox import OutboxTask
 from celery_outbox.envelope import build_message
 from celery_outbox.registry import install_store
+from celery_outbox.rows import message_columns
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, metadata, outbox_table
-from celery_outbox.sqlalchemy.statements import message_values
 
 #: The registered name of the task that records its runs.
 RECORD = "sweep_it.record"
@@ -83,7 +83,7 @@ def insert_committed_rows(
             park_after=timedelta(seconds=30),
             max_bytes=None,
         )
-        values.append(message_values(message, created_at=created_at))
+        values.append(message_columns(message, created_at=created_at))
     with store.engine.begin() as conn:
         for start in range(0, count, 5000):
             conn.execute(insert(outbox_table), values[start : start + 5000])

@@ -62,14 +62,15 @@ def slow_down(relay: Any, delay: float) -> None:
     Without Redis pipelining, so messages reach the broker one by one and a kill lands
     in the middle of a batch.
     """
-    relay.batch_publish = False
-    publish_one = relay._publish_one
+    producers = relay.producers
+    producers.batch_publish = False
+    publish_one = producers.publish_one
 
     def slow(*args: Any) -> None:
         time.sleep(delay)
         publish_one(*args)
 
-    relay._publish_one = slow
+    producers.publish_one = slow
 
 
 if __name__ == "__main__":

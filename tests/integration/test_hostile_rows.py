@@ -22,8 +22,8 @@ from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
 from celery_outbox.registry import relay_for, store_for
+from celery_outbox.rows import message_columns
 from celery_outbox.sqlalchemy import outbox_table
-from celery_outbox.sqlalchemy.statements import message_values
 from celery_outbox.sweep_task import SWEEP_TASK
 from celery_outbox.sweeper import Sweeper
 from tests.hostile import BOMB_BYTES, pickle_row, zlib_bomb
@@ -58,7 +58,7 @@ def write_row(app: Celery, hostile: HostileRow, task_id: str = "hostile") -> int
         park_after=OutboxConfig.from_celery(app).park_after,
         max_bytes=None,
     )
-    values = message_values(message, created_at=utcnow())
+    values = message_columns(message, created_at=utcnow())
     values["payload"], values["options"] = hostile(dict(message.options))
     with store_for(app).engine.begin() as conn:  # type: ignore[attr-defined]
         return int(conn.execute(insert(outbox_table).values(values)).inserted_primary_key[0])

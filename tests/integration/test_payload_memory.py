@@ -40,7 +40,8 @@ def test_a_commit_of_many_large_dispatches_holds_one_budget_of_bodies_at_a_time(
 ) -> None:
     store = store_for(app)
     big = "x" * SIZE
-    relay_for(app)._producer()  # connected beforehand: the connection is not measured
+    # Connected beforehand: the connection is not measured.
+    relay_for(app).producers.connect()
     with Session(store.engine) as session, store.bind_session(session):  # type: ignore[attr-defined]
         with session.begin():
             for _ in range(ROWS):

@@ -22,8 +22,8 @@ from sqlalchemy import insert
 
 from celery_outbox.clock import utcnow
 from celery_outbox.envelope import build_message
+from celery_outbox.rows import message_columns
 from celery_outbox.sqlalchemy import outbox_table
-from celery_outbox.sqlalchemy.statements import message_values
 from celery_outbox.sweep_task import BEAT_ENTRY, SWEEP_TASK
 from tests.conftest import StartWorker
 from tests.integration.sweep_app import create_tables, engine_for
@@ -75,7 +75,7 @@ def commit_rows(db_url: str, queue: str, task_name: str, count: int) -> list[str
     task = app.task(name=task_name, shared=False)(_noop)
     now = utcnow()
     values = [
-        message_values(
+        message_columns(
             build_message(
                 task,
                 (None,),

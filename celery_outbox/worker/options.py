@@ -1,10 +1,11 @@
 """A task's retry options, read with Celery's meanings and checked before any failure.
 
 ``OutboxTask`` keeps Celery's option names and units (seconds). They are read here, in
-one place: when the worker starts (:class:`TaskOptionsCheck`, a worker boot step), at
+one place: when the worker starts (:func:`check_tasks`, from a worker boot step), at
 each dispatch (once per task class, :func:`checked_options`) and when a task fails
-(:func:`options_from_task`). A bad value is an :class:`OutboxConfigError` naming the
-task, the option, the value and what is accepted.
+(:func:`options_from_task`, and :func:`with_retry_arguments` for ``retry()``'s own).
+A bad value is an :class:`OutboxConfigError` naming the task, the option, the value
+and what is accepted.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery import Celery, Task, bootsteps
+from celery import Celery, Task
 
 from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import utcnow
@@ -239,33 +240,21 @@ def checked_options(task: Task[Any, Any]) -> RetryOptions:
     return options
 
 
-def check_app(app: Celery) -> None:
-    """Check the ``outbox_*`` settings of ``app``, then the options of every ``OutboxTask``
-    of ``app``, reporting all bad ones.
+def check_tasks(app: Celery, tasks: Iterable[Task[Any, Any]]) -> None:
+    """Check the ``outbox_*`` settings of ``app``, then the retry options of each of
+    ``tasks``, reporting all bad ones.
 
     Raises
     ------
     OutboxConfigError
         One message listing each task whose options are not accepted.
     """
-    from celery_outbox.task import OutboxTask  # the task module registers this check
-
     OutboxConfig.from_celery(app)  # the outbox_* settings a failing task reads too
     problems = []
-    for task in app.tasks.values():
-        if isinstance(task, OutboxTask):
-            try:
-                options_from_task(task)
-            except OutboxConfigError as exc:
-                problems.append(str(exc))
+    for task in tasks:
+        try:
+            options_from_task(task)
+        except OutboxConfigError as exc:
+            problems.append(str(exc))
     if problems:
         raise OutboxConfigError("\n".join(problems))
-
-
-class TaskOptionsCheck(bootsteps.Step):
-    """Worker boot step: refuse to start while an ``OutboxTask`` has bad retry options,
-    rather than lose its messages at their first failure."""
-
-    def __init__(self, parent: Any, **kwargs: Any) -> None:
-        check_app(parent.app)
-        super().__init__(parent, **kwargs)

@@ -1,9 +1,9 @@
-"""Writing the dead letter of a failed task, from the worker.
+"""Writing the dead letter of a failed attempt, from the worker.
 
 A dead letter that cannot be written because the store is down puts the message back
-(:func:`celery_outbox.failures.requeue_later`). One the store refuses as data is not an
-outage: it is stored escaped (:mod:`celery_outbox.escaping`), else minimal, and the task
-is never run again because its dead letter did not fit.
+(:func:`celery_outbox.worker.republish.requeue_later`). One the store refuses as data is
+not an outage: it is stored escaped (:mod:`celery_outbox.escaping`), else minimal, and
+the task is never run again because its dead letter did not fit.
 """
 
 from __future__ import annotations
@@ -18,29 +18,30 @@ from celery_outbox.dead_letters import build_dead_letter
 from celery_outbox.escaping import escape_letter, minimal_letter
 from celery_outbox.exceptions import (
     OutboxConfigError,
+    OutboxError,
     StoreDataError,
     StoreError,
     TooManyDeliveries,
 )
-from celery_outbox.failures import first_failed_at, requeue_later
 from celery_outbox.records import NewDeadLetter
 from celery_outbox.registry import store_for
-from celery_outbox.retrying import Outcome
 from celery_outbox.signals import task_dead_lettered
+from celery_outbox.worker.attempt import Attempt
+from celery_outbox.worker.policy import Outcome
+from celery_outbox.worker.republish import requeue_later
 
 logger = logging.getLogger(__name__)
 
 
 def write_dead_letter(
     task: Task[Any, Any],
-    request: Any,
+    attempt: Attempt,
     exc: BaseException,
     *,
     outcome: Outcome,
-    first_failed: datetime,
     now: datetime,
 ) -> int | None:
-    """Write the dead letter of the running task and send ``task_dead_lettered``.
+    """Write the dead letter of ``attempt``, failed at ``now``; send ``task_dead_lettered``.
 
     The letter is escaped first (:mod:`celery_outbox.escaping`). A letter the store
     refuses as data (:class:`StoreDataError`, or any error that is not a
@@ -57,51 +58,67 @@ def write_dead_letter(
     letter = escape_letter(
         build_dead_letter(
             task_name=task.name,
-            task_id=request.id,
-            args=request.args,
-            kwargs=request.kwargs,
-            options=_routing(request),
+            task_id=attempt.task_id,
+            args=attempt.args,
+            kwargs=attempt.kwargs,
+            options=attempt.routing(),
             exc=exc,
-            retries=request.retries,
-            first_failed_at=first_failed,
+            retries=attempt.retries,
+            first_failed_at=attempt.first_failed_at or now,
             failed_at=now,
             reason=outcome.value,
         )
     )
     try:
-        letter_id: int | None = _add_dead_letter(task, request, letter)
+        letter_id: int | None = _add_dead_letter(task, attempt, letter)
     except _Refused as refused:
-        letter_id = _add_minimal_letter(task, request, letter, refused.cause)
+        letter_id = _add_minimal_letter(task, attempt, letter, refused.cause)
     logger.error(
-        "celery-outbox: %s[%s] is a dead letter (%s): %r", task.name, request.id, outcome.value, exc
+        "celery-outbox: %s[%s] is a dead letter (%s): %r",
+        task.name,
+        attempt.task_id,
+        outcome.value,
+        exc,
     )
     if letter_id is not None:
-        task_dead_lettered.send(sender=task, letter_id=letter_id, task_id=request.id, exception=exc)
+        task_dead_lettered.send(
+            sender=task, letter_id=letter_id, task_id=attempt.task_id, exception=exc
+        )
     return letter_id
 
 
 def write_config_dead_letter(
     task: Task[Any, Any],
-    request: Any,
+    attempt: Attempt,
     exc: Exception,
-    config_error: OutboxConfigError,
+    config_error: OutboxError,
     *,
-    first_failed: datetime,
     now: datetime,
 ) -> int | None:
-    """A bad retry option found only at failure time: dead-letter the task, not lose it.
+    """A bad retry option or ``retry()`` argument found only at failure time: dead-letter
+    the task, not lose it.
 
-    The letter's exception is the :class:`OutboxConfigError` naming the option, caused
-    by the task's own ``exc``.
+    The letter's exception is an :class:`OutboxConfigError` naming the option (the text
+    of ``config_error``), caused by the task's own ``exc``.
     """
     error = OutboxConfigError(
         f"{config_error} The task failed with {type(exc).__name__}: {exc}; "
         "it was dead-lettered instead of retried."
     )
     error.__cause__ = exc
-    return write_dead_letter(
-        task, request, error, outcome=Outcome.BAD_OPTIONS, first_failed=first_failed, now=now
+    return write_dead_letter(task, attempt, error, outcome=Outcome.BAD_OPTIONS, now=now)
+
+
+def write_redelivery_dead_letter(
+    task: Task[Any, Any], attempt: Attempt, *, deliveries: int, limit: int, now: datetime
+) -> TooManyDeliveries:
+    """Dead-letter a message delivered more than ``limit`` times; the error to raise."""
+    error = TooManyDeliveries(
+        f"{task.name}[{attempt.task_id}] was delivered {deliveries} times without finishing "
+        f"(outbox_max_deliveries={limit}); dead-lettered without running it."
     )
+    write_dead_letter(task, attempt, error, outcome=Outcome.TOO_MANY_DELIVERIES, now=now)
+    return error
 
 
 class _Refused(Exception):
@@ -112,7 +129,7 @@ class _Refused(Exception):
         self.cause = cause
 
 
-def _add_dead_letter(task: Task[Any, Any], request: Any, letter: NewDeadLetter) -> int:
+def _add_dead_letter(task: Task[Any, Any], attempt: Attempt, letter: NewDeadLetter) -> int:
     """Write ``letter``; put the message back on an outage, raise ``_Refused`` on data."""
     try:
         return store_for(task.app).add_dead_letter(letter)
@@ -120,64 +137,34 @@ def _add_dead_letter(task: Task[Any, Any], request: Any, letter: NewDeadLetter) 
         raise _Refused(data_exc) from data_exc
     except (StoreError, OutboxConfigError) as write_exc:  # down, or no store installed yet
         logger.exception(
-            "celery-outbox: could not write the dead letter of %s[%s]", task.name, request.id
+            "celery-outbox: could not write the dead letter of %s[%s]", task.name, attempt.task_id
         )
-        requeue_later(task, request, write_exc)
+        requeue_later(task, attempt, write_exc)
     except Exception as other:  # a driver's value error (no DB-API class): data, not outage
         raise _Refused(other) from other
 
 
 def _add_minimal_letter(
-    task: Task[Any, Any], request: Any, letter: NewDeadLetter, cause: Exception
+    task: Task[Any, Any], attempt: Attempt, letter: NewDeadLetter, cause: Exception
 ) -> int | None:
     """Write the minimal letter of ``letter``; ``None`` (logged) if refused too."""
     logger.error(
         "celery-outbox: the dead letter of %s[%s] was refused (%r); storing it without "
         "its arguments, which were: args=%r kwargs=%r",
         task.name,
-        request.id,
+        attempt.task_id,
         cause,
-        request.args,
-        request.kwargs,
+        attempt.args,
+        attempt.kwargs,
     )
     try:
-        return _add_dead_letter(task, request, minimal_letter(letter, cause))
+        return _add_dead_letter(task, attempt, minimal_letter(letter, cause))
     except _Refused:
         logger.critical(
             "celery-outbox: %s[%s] has no dead letter: even the minimal one was refused; "
             "it will not run again",
             task.name,
-            request.id,
+            attempt.task_id,
             exc_info=True,
         )
         return None
-
-
-def _routing(request: Any) -> dict[str, Any]:
-    info = dict(request.delivery_info or {})
-    anonymous = info.get("exchange") in ("", None)
-    return {
-        "queue": info.get("routing_key") if anonymous else None,
-        "exchange": None if anonymous else info.get("exchange"),
-        "routing_key": None if anonymous else info.get("routing_key"),
-        "priority": info.get("priority"),
-    }
-
-
-def write_redelivery_dead_letter(
-    task: Task[Any, Any], request: Any, *, deliveries: int, limit: int, now: datetime
-) -> TooManyDeliveries:
-    """Dead-letter a message delivered more than ``limit`` times; the error to raise."""
-    error = TooManyDeliveries(
-        f"{task.name}[{request.id}] was delivered {deliveries} times without finishing "
-        f"(outbox_max_deliveries={limit}); dead-lettered without running it."
-    )
-    write_dead_letter(
-        task,
-        request,
-        error,
-        outcome=Outcome.TOO_MANY_DELIVERIES,
-        first_failed=first_failed_at(request, now),
-        now=now,
-    )
-    return error

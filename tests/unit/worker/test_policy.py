@@ -9,10 +9,16 @@ import pytest
 from celery import Celery
 
 from celery_outbox import OutboxRetry, OutboxTask
-from celery_outbox.retrying import Outcome, decide
-from celery_outbox.task_options import RetryOptions, options_from_task
+from celery_outbox.worker.attempt import Attempt
+from celery_outbox.worker.options import RetryOptions, options_from_task
+from celery_outbox.worker.policy import Outcome, decide
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def attempt(retries: int) -> Attempt:
+    """Attempt number ``retries`` (0-based) of a task that first failed at ``NOW``."""
+    return Attempt(task_name="t.x", task_id="t1", retries=retries, first_failed_at=NOW)
 
 
 def noop(*args: object) -> None:
@@ -49,8 +55,7 @@ def test_retry_waits_lie_in_the_window(retries: int) -> None:
         decision = decide(
             ValueError(),
             opts,
-            retries=retries,
-            first_failed_at=NOW,
+            attempt(retries),
             now=NOW,
             rng=random.Random(seed),
         )
@@ -62,54 +67,34 @@ def test_retry_waits_lie_in_the_window(retries: int) -> None:
 def test_exhausted_after_max_retries() -> None:
     opts = options(max_retries=2)
     rng = random.Random(1)
-    assert (
-        decide(ValueError(), opts, retries=1, first_failed_at=NOW, now=NOW, rng=rng).outcome
-        is Outcome.RETRY
-    )
-    assert (
-        decide(ValueError(), opts, retries=2, first_failed_at=NOW, now=NOW, rng=rng).outcome
-        is Outcome.EXHAUSTED
-    )
+    assert decide(ValueError(), opts, attempt(1), now=NOW, rng=rng).outcome is Outcome.RETRY
+    assert decide(ValueError(), opts, attempt(2), now=NOW, rng=rng).outcome is Outcome.EXHAUSTED
 
 
 def test_dont_autoretry_for_goes_straight_to_dead_letters() -> None:
     opts = options(autoretry_for=(Exception,), dont_autoretry_for=(Permanent,))
-    decision = decide(
-        Permanent(), opts, retries=0, first_failed_at=NOW, now=NOW, rng=random.Random()
-    )
+    decision = decide(Permanent(), opts, attempt(0), now=NOW, rng=random.Random())
     assert decision.outcome is Outcome.NOT_RETRYABLE
 
 
 def test_error_outside_autoretry_for_is_not_retried_unless_explicit() -> None:
     opts = options(autoretry_for=(KeyError,))
     rng = random.Random()
+    assert decide(ValueError(), opts, attempt(0), now=NOW, rng=rng).outcome is Outcome.NOT_RETRYABLE
     assert (
-        decide(ValueError(), opts, retries=0, first_failed_at=NOW, now=NOW, rng=rng).outcome
-        is Outcome.NOT_RETRYABLE
-    )
-    assert (
-        decide(
-            ValueError(), opts, retries=0, first_failed_at=NOW, now=NOW, rng=rng, explicit=True
-        ).outcome
+        decide(ValueError(), opts, attempt(0), now=NOW, rng=rng, explicit=True).outcome
         is Outcome.RETRY
     )
-    assert (
-        decide(OutboxRetry(), opts, retries=0, first_failed_at=NOW, now=NOW, rng=rng).outcome
-        is Outcome.RETRY
-    )
+    assert decide(OutboxRetry(), opts, attempt(0), now=NOW, rng=rng).outcome is Outcome.RETRY
 
 
 def test_deadline_ends_retries_on_time() -> None:
     opts = options(retry_max_elapsed=10, retry_backoff=8.0)
     rng = random.Random(3)
-    late = decide(
-        ValueError(), opts, retries=3, first_failed_at=NOW, now=NOW + timedelta(seconds=9), rng=rng
-    )
+    late = decide(ValueError(), opts, attempt(3), now=NOW + timedelta(seconds=9), rng=rng)
     assert late.outcome is Outcome.RETRY
     assert late.delay == timedelta(seconds=1)  # clipped to the deadline
-    over = decide(
-        ValueError(), opts, retries=3, first_failed_at=NOW, now=NOW + timedelta(seconds=10), rng=rng
-    )
+    over = decide(ValueError(), opts, attempt(3), now=NOW + timedelta(seconds=10), rng=rng)
     assert over.outcome is Outcome.DEADLINE
 
 
@@ -119,16 +104,14 @@ def test_explicit_delays_and_negative_countdown() -> None:
     assert decide(
         OutboxRetry(delay=timedelta(seconds=42)),
         opts,
-        retries=0,
-        first_failed_at=NOW,
+        attempt(0),
         now=NOW,
         rng=rng,
     ).delay == timedelta(seconds=42)
     assert decide(
         ValueError(),
         opts,
-        retries=0,
-        first_failed_at=NOW,
+        attempt(0),
         now=NOW,
         rng=rng,
         countdown=-5,

@@ -11,16 +11,21 @@ import pytest
 from celery import Celery
 
 from celery_outbox import OutboxConfigError, OutboxTask
-from celery_outbox.retrying import Outcome, decide
-from celery_outbox.task_options import (
-    TaskOptionsCheck,
-    check_app,
+from celery_outbox.task import TaskOptionsCheck, check_app
+from celery_outbox.worker.attempt import Attempt
+from celery_outbox.worker.options import (
     checked_options,
     options_from_task,
     with_retry_arguments,
 )
+from celery_outbox.worker.policy import Outcome, decide
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def attempt(retries: int) -> Attempt:
+    """Attempt number ``retries`` (0-based) of a task that first failed at ``NOW``."""
+    return Attempt(task_name="t.x", task_id="t1", retries=retries, first_failed_at=NOW)
 
 
 class ProviderError(Exception):
@@ -42,8 +47,7 @@ def delay(task: OutboxTask, retries: int = 0) -> timedelta | None:
     return decide(
         ValueError(),
         options_from_task(task),
-        retries=retries,
-        first_failed_at=NOW,
+        attempt(retries),
         now=NOW,
         rng=random.Random(3),
     ).delay

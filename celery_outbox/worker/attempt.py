@@ -1,0 +1,188 @@
+"""One attempt of an outbox task, as a typed value built once from Celery's request."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from celery import Task
+
+from celery_outbox.exceptions import OutboxConfigError
+
+#: Message header carrying the time of a task's first failure across its retries.
+FIRST_FAILED_HEADER = "outbox_first_failed_at"
+#: Message header counting how often a message was put back because the store failed.
+REQUEUES_HEADER = "outbox_requeues"
+#: ``apply_async`` options of the request that a message sent again sets anew.
+_RESENT_ANEW = ("task_id", "eta", "countdown", "retries")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attempt:
+    """One delivery of an outbox task to a worker: what ran, and how to send it again.
+
+    ``options`` are the ``apply_async`` options that send this message again (routing,
+    headers, links, limits), without its task id, ETA and retry count.
+    ``first_failed_at`` is ``None`` until the task failed once.
+    """
+
+    task_name: str
+    task_id: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    retries: int = 0
+    first_failed_at: datetime | None = None
+    requeues: int = 0
+    delivery_info: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def redelivered(self) -> bool:
+        """Whether the broker delivered this message before (its worker may have died)."""
+        return bool(self.delivery_info.get("redelivered"))
+
+    def routing(self) -> dict[str, Any]:
+        """Where the message was delivered from, as a dead letter keeps it for a requeue."""
+        info = self.delivery_info
+        anonymous = info.get("exchange") in ("", None)
+        return {
+            "queue": info.get("routing_key") if anonymous else None,
+            "exchange": None if anonymous else info.get("exchange"),
+            "routing_key": None if anonymous else info.get("routing_key"),
+            "priority": info.get("priority"),
+        }
+
+    def resend_options(
+        self,
+        *,
+        eta: datetime,
+        retries: int,
+        headers: Mapping[str, Any],
+        overrides: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``apply_async`` options sending this message again at ``eta``.
+
+        ``overrides`` are ``retry(**options)``; a ``queue`` among them replaces the
+        delivered exchange and routing key, as in Celery.
+        """
+        options = dict(self.options)
+        extra = dict(overrides or {})
+        if extra.get("queue"):
+            options.pop("exchange", None)
+            options.pop("routing_key", None)
+        options.update(extra)
+        merged = {**(options.get("headers") or {}), **headers}
+        return {**options, "headers": merged, "eta": eta, "retries": retries}
+
+    def with_arguments(self, args: Any, kwargs: Any, *, run: Callable[..., Any]) -> Attempt:
+        """This attempt with ``retry(args=..., kwargs=...)`` applied, merged as Celery does.
+
+        Only ``args`` given: inherited keyword arguments the new positional ones cover
+        are dropped; only ``kwargs`` given: they may replace inherited positional ones.
+
+        Raises
+        ------
+        OutboxConfigError
+            Naming ``args`` or ``kwargs`` when not a list/tuple or a dict with text keys.
+        """
+        if args is None and kwargs is None:
+            return self
+        _check_arguments(args, kwargs)
+        if args is not None and kwargs is None and self.kwargs:
+            args, kwargs = _new_positionals(run, args, self.kwargs)
+        elif kwargs is not None and args is None and self.args:
+            args, kwargs = _new_keywords(run, self.args, kwargs)
+        return replace(
+            self,
+            args=tuple(self.args if args is None else args),
+            kwargs=dict(self.kwargs if kwargs is None else kwargs),
+        )
+
+
+def attempt_from_request(task: Task[Any, Any], request: Any) -> Attempt:
+    """The :class:`Attempt` of ``task``'s running ``request`` (Celery's ``Context``).
+
+    The one place that reads Celery's request object.
+    """
+    signature = task.signature_from_request(request)
+    options = {k: v for k, v in signature.options.items() if k not in _RESENT_ANEW}
+    return Attempt(
+        task_name=task.name,
+        task_id=request.id,
+        args=tuple(request.args or ()),
+        kwargs=dict(request.kwargs or {}),
+        retries=request.retries or 0,
+        first_failed_at=_first_failed_at(getattr(request, FIRST_FAILED_HEADER, None)),
+        requeues=int(getattr(request, REQUEUES_HEADER, 0) or 0),
+        delivery_info=dict(request.delivery_info or {}),
+        options=options,
+    )
+
+
+def _first_failed_at(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:  # not a header this library wrote: count from this failure
+        return None
+
+
+def _check_arguments(args: Any, kwargs: Any) -> None:
+    problems = []
+    if args is not None and not isinstance(args, (list, tuple)):
+        problems.append(f"args={args!r} (give a list or tuple)")
+    if kwargs is not None and not (
+        isinstance(kwargs, Mapping) and all(isinstance(key, str) for key in kwargs)
+    ):
+        problems.append(f"kwargs={kwargs!r} (give a dict with text keys)")
+    if problems:
+        raise OutboxConfigError(f"retry() arguments not accepted: {', '.join(problems)}.")
+
+
+def _signature(run: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(run)
+    except (TypeError, ValueError):
+        return None  # the task's own argument checks apply
+
+
+def _new_positionals(
+    run: Callable[..., Any], args: Sequence[Any], inherited: Mapping[str, Any]
+) -> tuple[Sequence[Any], Mapping[str, Any] | None]:
+    signature = _signature(run)
+    if signature is None:
+        return args, None
+    positional = [
+        p
+        for p in signature.parameters.values()
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    kwargs = dict(inherited)
+    for parameter in positional[: len(args)]:
+        if parameter.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            kwargs.pop(parameter.name, None)
+    return args, kwargs
+
+
+def _new_keywords(
+    run: Callable[..., Any], inherited: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[Sequence[Any] | None, Mapping[str, Any]]:
+    signature = _signature(run)
+    if signature is None:
+        return None, kwargs
+    try:
+        bound = signature.bind_partial(*inherited)
+    except TypeError:
+        return None, kwargs  # the task's own argument checks apply
+    rest = dict(kwargs)
+    for name in list(rest):
+        if (
+            name in bound.arguments
+            and signature.parameters[name].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ):
+            bound.arguments[name] = rest.pop(name)
+    return bound.args, {**bound.kwargs, **rest}

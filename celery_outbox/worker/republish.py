@@ -1,0 +1,143 @@
+"""Sending the running task's message again: its retry, or the same message put back.
+
+Nothing here sleeps. A retry either rides on a Celery ETA (short waits) or is parked as
+an outbox row (long waits, or when the ETA publish fails); if parking fails too, the
+current message is rejected with requeue, never dropped. While the store is unreachable
+a message is put back after a backoff (:func:`requeue_later`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, NoReturn
+
+from celery import Task
+from celery.exceptions import Ignore, Reject, Retry
+
+from celery_outbox.backoff import BackoffPolicy
+from celery_outbox.clock import utcnow
+from celery_outbox.envelope import build_message
+from celery_outbox.records import NewMessage
+from celery_outbox.registry import relay_for, store_for
+from celery_outbox.worker.attempt import FIRST_FAILED_HEADER, REQUEUES_HEADER, Attempt
+
+logger = logging.getLogger(__name__)
+
+#: Windows between puts-back of a message while the store is unreachable (1 s ... 1 min).
+STORE_BACKOFF = BackoffPolicy(base=timedelta(seconds=1), cap=timedelta(seconds=60))
+
+
+def schedule_retry(
+    task: Task[Any, Any],
+    attempt: Attempt,
+    exc: Exception,
+    *,
+    delay: timedelta,
+    park: bool,
+    now: datetime,
+    overrides: Mapping[str, Any] | None = None,
+) -> Retry:
+    """Send the next attempt of the failed ``attempt`` in ``delay``; return the ``Retry``
+    to raise. ``park`` keeps it as an outbox row rather than a broker ETA.
+
+    ``attempt`` carries the arguments of the next attempt, ``overrides`` its extra
+    ``apply_async`` options (``retry(**options)``).
+
+    Raises
+    ------
+    celery.exceptions.Reject
+        With ``requeue=True`` when neither the ETA publish nor parking succeeded.
+    """
+    eta = now + delay
+    first_failed = attempt.first_failed_at or now
+    options = attempt.resend_options(
+        eta=eta,
+        retries=attempt.retries + 1,
+        headers={FIRST_FAILED_HEADER: first_failed.isoformat()},
+        overrides=overrides,
+    )
+    message = _message(task, attempt, options, now=now)
+    if not park and _publish_eta(task, attempt, message):
+        return Retry(exc=exc, when=eta)
+    if _park(task, attempt, replace(message, available_at=eta)):
+        return Retry(exc=exc, when=eta)
+    # A pending row with this task id still exists: the row this attempt was published
+    # from, not yet removed by its publisher. Ride on an ETA rather than drop the retry.
+    if park and _publish_eta(task, attempt, message):
+        return Retry(exc=exc, when=eta)
+    raise Reject(
+        f"retry of {task.name}[{attempt.task_id}] could be neither published nor parked",
+        requeue=True,
+    )
+
+
+def requeue_later(task: Task[Any, Any], attempt: Attempt, cause: Exception) -> NoReturn:
+    """The store is unreachable: put this message back after a backoff, not at once.
+
+    The same message (task id, retries, headers) is published again with an ETA on
+    :data:`STORE_BACKOFF`'s window for how often it was put back, and this delivery is
+    acknowledged (``Ignore``). Only if the broker refuses too is the message rejected
+    with requeue, so a long store outage never turns into a hot redelivery loop and
+    nothing is lost.
+    """
+    now = utcnow()
+    eta = now + STORE_BACKOFF.delay_for(attempt.requeues)
+    headers: dict[str, Any] = {REQUEUES_HEADER: attempt.requeues + 1}
+    if attempt.first_failed_at is not None:
+        headers[FIRST_FAILED_HEADER] = attempt.first_failed_at.isoformat()
+    options = attempt.resend_options(eta=eta, retries=attempt.retries, headers=headers)
+    if _publish_eta(task, attempt, _message(task, attempt, options, now=now)):
+        logger.warning(
+            "celery-outbox: store unreachable (%s); %s[%s] put back until %s",
+            cause,
+            task.name,
+            attempt.task_id,
+            eta.isoformat(),
+        )
+        raise Ignore()
+    raise Reject(cause, requeue=True)
+
+
+def _message(
+    task: Task[Any, Any], attempt: Attempt, options: dict[str, Any], *, now: datetime
+) -> NewMessage:
+    """The message sending ``attempt`` again with ``options``, due now (not parked)."""
+    return build_message(
+        task,
+        attempt.args,
+        attempt.kwargs,
+        task_id=attempt.task_id,
+        options=options,
+        now=now,
+        park_after=timedelta.max,
+        max_bytes=None,
+        validate=False,  # checked when first dispatched; a worker must not fail here
+    )
+
+
+def _publish_eta(task: Task[Any, Any], attempt: Attempt, message: NewMessage) -> bool:
+    """Publish the message with its ETA; ``False`` when the broker refused it."""
+    try:
+        relay_for(task.app).publish_message(message)
+    except Exception:
+        logger.warning(
+            "celery-outbox: ETA publish of retry %s[%s] failed",
+            task.name,
+            attempt.task_id,
+            exc_info=True,
+        )
+        return False
+    return True
+
+
+def _park(task: Task[Any, Any], attempt: Attempt, message: NewMessage) -> bool:
+    """Write the retry as a parked row; ``False`` when a pending row already has its task
+    id, or the store failed (logged)."""
+    try:
+        return store_for(task.app).add(message) is not None
+    except Exception:
+        logger.exception("celery-outbox: could not park retry %s[%s]", task.name, attempt.task_id)
+        return False

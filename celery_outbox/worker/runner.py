@@ -1,0 +1,155 @@
+"""Running one delivery of an outbox task on a worker, and ``OutboxTask.retry`` within it.
+
+The attempt being run is held here (a context variable), with whether its failure was
+already handled: a task that called ``self.retry()`` and was dead-lettered re-raises
+its error through the run without being handled twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Task
+from celery.exceptions import Ignore, Reject, Retry
+
+from celery_outbox.clock import utcnow
+from celery_outbox.config import OutboxConfig
+from celery_outbox.exceptions import StoreError
+from celery_outbox.registry import store_for
+from celery_outbox.storage import OutboxStore
+from celery_outbox.worker.attempt import Attempt
+from celery_outbox.worker.letters import write_redelivery_dead_letter
+from celery_outbox.worker.outcomes import after_failure
+from celery_outbox.worker.policy import too_many_deliveries
+from celery_outbox.worker.republish import requeue_later
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Run:
+    """The attempt running in this context; ``handled`` once its failure was handled."""
+
+    attempt: Attempt
+    handled: bool = False
+
+
+_running: ContextVar[_Run | None] = ContextVar("celery_outbox_attempt", default=None)
+
+
+@contextmanager
+def _running_attempt(attempt: Attempt) -> Iterator[_Run]:
+    run = _Run(attempt)
+    token = _running.set(run)
+    try:
+        yield run
+    finally:
+        _running.reset(token)
+
+
+def run_attempt(
+    task: Task[Any, Any], attempt: Attempt, call: Callable[[], Any], *, rng: random.Random
+) -> Any:
+    """Run ``attempt`` (``call`` runs the task body); on failure retry it without
+    sleeping, or write its dead letter. A redelivered message is counted first, and
+    dead-lettered without running past ``outbox_max_deliveries``."""
+    with _running_attempt(attempt) as run:
+        if attempt.redelivered:
+            return _run_redelivered(task, run, call, rng)
+        return _run(task, run, call, rng)
+
+
+def retry(
+    task: Task[Any, Any],
+    attempt: Attempt,
+    exc: Exception,
+    *,
+    rng: random.Random,
+    args: Any = None,
+    kwargs: Any = None,
+    countdown: Any = None,
+    eta: Any = None,
+    max_retries: Any = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Exception:
+    """``OutboxTask.retry``: the ``Retry`` to raise, or ``exc`` once dead-lettered.
+
+    ``attempt`` is the one running (:func:`running_attempt`), or built from the request
+    when none runs here.
+    """
+    run = _running.get()
+    if run is not None and run.attempt is attempt:
+        run.handled = True
+    return after_failure(
+        task,
+        attempt,
+        exc,
+        explicit=True,
+        rng=rng,
+        countdown=countdown,
+        eta=eta,
+        max_retries=max_retries,
+        args=args,
+        kwargs=kwargs,
+        overrides=overrides,
+    )
+
+
+def running_attempt() -> Attempt | None:
+    """The attempt running in this context, if any."""
+    run = _running.get()
+    return None if run is None else run.attempt
+
+
+def _run(task: Task[Any, Any], run: _Run, call: Callable[[], Any], rng: random.Random) -> Any:
+    try:
+        return call()
+    except (Retry, Ignore, Reject):
+        raise
+    except Exception as exc:  # any failure is retried or dead-lettered: that is the point
+        if run.handled:
+            raise
+        run.handled = True
+        outcome = after_failure(task, run.attempt, exc, explicit=False, rng=rng)
+        if isinstance(outcome, Retry):
+            raise outcome from None
+        raise
+
+
+def _run_redelivered(
+    task: Task[Any, Any], run: _Run, call: Callable[[], Any], rng: random.Random
+) -> Any:
+    # A redelivered message may be one that keeps killing its worker: count it,
+    # and past outbox_max_deliveries dead-letter it without running it again.
+    attempt, app, now = run.attempt, task.app, utcnow()
+    store, limit = store_for(app), OutboxConfig.from_celery(app).max_deliveries
+    try:
+        deliveries = store.record_delivery(attempt.task_id, now=now)
+    except StoreError as store_exc:
+        requeue_later(task, attempt, store_exc)
+    if too_many_deliveries(deliveries, limit=limit):
+        run.handled = True
+        error = write_redelivery_dead_letter(
+            task, attempt, deliveries=deliveries, limit=limit, now=now
+        )
+        _forget_deliveries(store, attempt.task_id)
+        raise error
+    try:
+        return _run(task, run, call, rng)
+    finally:
+        _forget_deliveries(store, attempt.task_id)
+
+
+def _forget_deliveries(store: OutboxStore, task_id: str) -> None:
+    try:
+        store.forget_deliveries(task_id)
+    except StoreError:  # a stale count only makes a later redelivery look older
+        logger.warning(
+            "celery-outbox: could not clear the delivery count of %s", task_id, exc_info=True
+        )

@@ -1,0 +1,295 @@
+"""The relay's logic over the in-memory store and kombu's in-memory broker.
+
+What happens to each row after a pass (published, rescheduled, failed, reported as
+given up), which rows the on-commit publisher takes without a claim, the sweeper's
+check of a row (:mod:`celery_outbox.publishable`), and the parts of a publish pass
+(:mod:`celery_outbox.producers`). A scripted stand-in for the producers is used only
+where the test is about the relay's bookkeeping of a pass's outcome; real brokers are
+in ``tests/integration`` (test_sweep, test_broker_stall, test_sqlalchemy_e2e).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery import Celery
+from kombu import Connection, Queue
+
+from celery_outbox import OutboxTask
+from celery_outbox.config import OutboxConfig
+from celery_outbox.envelope import build_message
+from celery_outbox.producers import Sent
+from celery_outbox.publishable import refusal
+from celery_outbox.records import Claim, MessageStatus, NewMessage, StoredMessage
+from celery_outbox.relay import PUBLISH_BACKOFF, Relay
+from celery_outbox.storage import gives_up
+from celery_outbox.testing import InMemoryOutboxStore
+
+NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
+LEASE = timedelta(seconds=30)
+
+
+@pytest.fixture
+def app(queue_name: str) -> Iterator[Celery]:
+    app = Celery("relay-unit", broker="memory://", set_as_current=False)
+    app.conf.update(task_default_queue=queue_name, outbox_publish_max_attempts=3)
+
+    @app.task(base=OutboxTask, name="unit.relay.noop", shared=False)
+    def noop(n: int) -> int:
+        return n
+
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def store() -> InMemoryOutboxStore:
+    return InMemoryOutboxStore(clock=lambda: NOW)
+
+
+@pytest.fixture
+def relay(app: Celery, store: InMemoryOutboxStore) -> Iterator[Relay]:
+    relay = Relay(app, store=store, config=OutboxConfig.from_celery(app), clock=lambda: NOW)
+    yield relay
+    relay.close()
+
+
+def message(app: Celery, n: int, **changes: object) -> NewMessage:
+    built = build_message(
+        app.tasks["unit.relay.noop"],
+        (n,),
+        {},
+        task_id=f"task-{n}",
+        options={},
+        now=NOW,
+        park_after=timedelta(seconds=30),
+        max_bytes=None,
+    )
+    return replace(built, **changes)  # type: ignore[arg-type]
+
+
+def add(store: InMemoryOutboxStore, new: NewMessage) -> StoredMessage:
+    row_id = store.add(new)
+    assert row_id is not None
+    return store.rows[row_id]
+
+
+def claim(store: InMemoryOutboxStore) -> Claim:
+    return store.claim_due(now=NOW, created_before=NOW, limit=100, lease_until=NOW + LEASE)
+
+
+def drain(queue_name: str) -> list[str]:
+    ids = []
+    with Connection("memory://") as conn:
+        queue = Queue(queue_name)(conn.default_channel)
+        while (got := queue.get(no_ack=True)) is not None:
+            ids.append(got.headers["id"])
+    return ids
+
+
+class ScriptedProducers:
+    """Stands for :class:`~celery_outbox.producers.Producers`: the broker takes the rows in
+    ``accept`` and refuses the others with ``error`` (pure bookkeeping tests only)."""
+
+    def __init__(self, accept: set[str], error: str = "broker said no") -> None:
+        self.accept, self.error, self.sent = accept, error, []  # type: list[list[str]]
+
+    def close(self) -> None:
+        pass
+
+    def send(self, messages: Sequence[StoredMessage]) -> Sent:
+        self.sent.append([m.task_id for m in messages])
+        done = Sent()
+        for m in messages:
+            if m.task_id in self.accept:
+                done.published.append(m.id)
+            else:
+                done.failed[m.id] = self.error
+        return done
+
+
+# -- a claim's outcome ----------------------------------------------------------------
+def test_a_claim_is_published_and_its_rows_removed(
+    app: Celery, store: InMemoryOutboxStore, relay: Relay, queue_name: str
+) -> None:
+    rows = [add(store, message(app, n)) for n in range(3)]
+
+    report = relay.publish_claim(claim(store))
+
+    assert sorted(report.published) == [r.id for r in rows]
+    assert (report.failed, report.gave_up) == ({}, frozenset())
+    assert store.rows == {}
+    assert sorted(drain(queue_name)) == ["task-0", "task-1", "task-2"]
+
+
+def test_rows_the_broker_refused_are_rescheduled_on_the_backoff(
+    app: Celery, store: InMemoryOutboxStore, relay: Relay
+) -> None:
+    ok, refused = add(store, message(app, 1)), add(store, message(app, 2))
+    relay.producers = ScriptedProducers(accept={"task-1"})  # type: ignore[assignment]
+
+    report = relay.publish_claim(claim(store))
+
+    assert report.published == (ok.id,)
+    assert report.failed == {refused.id: "broker said no"}
+    assert report.gave_up == frozenset()
+    row = store.rows[refused.id]
+    assert (row.status, row.attempts, row.locked_until) == (MessageStatus.PENDING, 1, None)
+    assert NOW + PUBLISH_BACKOFF.base <= row.available_at <= NOW + 2 * PUBLISH_BACKOFF.base
+
+
+def test_the_report_gives_up_exactly_on_the_rows_the_store_failed(
+    app: Celery, store: InMemoryOutboxStore, relay: Relay
+) -> None:
+    # max attempts 3: a row that failed twice is on its last try, one that failed once is not.
+    last = add(store, message(app, 1))
+    store.rows[last.id] = replace(last, attempts=2)
+    early = add(store, message(app, 2))
+    store.rows[early.id] = replace(early, attempts=1)
+    relay.producers = ScriptedProducers(accept=set())  # type: ignore[assignment]
+
+    report = relay.publish_claim(claim(store))
+
+    failed = {i for i, r in store.rows.items() if r.status is MessageStatus.FAILED}
+    assert report.gave_up == frozenset(failed) == {last.id}
+    assert set(report.failed) == {last.id, early.id}
+    assert store.rows[last.id].available_at == last.available_at  # a failed row keeps it
+
+
+def test_the_sweepers_check_fails_unpublishable_rows_for_good(
+    app: Celery, store: InMemoryOutboxStore, relay: Relay, queue_name: str
+) -> None:
+    good = add(store, message(app, 1))
+    unknown = add(store, message(app, 2, task_name="unit.relay.gone"))
+    garbled = add(store, message(app, 3, payload="not json at all"))
+
+    report = relay.publish_claim(claim(store), validate=True)
+
+    assert report.published == (good.id,)
+    assert report.gave_up == {unknown.id, garbled.id}
+    assert "unit.relay.gone" in report.failed[unknown.id]
+    assert "cannot be decoded" in report.failed[garbled.id]
+    assert {store.rows[i].status for i in (unknown.id, garbled.id)} == {MessageStatus.FAILED}
+    assert drain(queue_name) == ["task-1"]
+
+
+def test_without_the_check_every_row_goes_to_the_broker(
+    app: Celery, store: InMemoryOutboxStore, relay: Relay
+) -> None:
+    add(store, message(app, 1, task_name="unit.relay.gone"))
+    scripted = ScriptedProducers(accept={"task-1"})
+    relay.producers = scripted  # type: ignore[assignment]
+
+    assert relay.publish_claim(claim(store)).published
+    assert scripted.sent == [["task-1"]]
+
+
+# -- after commit -------------------------------------------------------------------------
+def test_rows_born_leased_are_published_without_a_claim(
+    app: Celery, store: InMemoryOutboxStore, relay: Relay, queue_name: str
+) -> None:
+    born = add(store, message(app, 1, locked_until=NOW + LEASE))
+    gone = StoredMessage.written(message(app, 2, locked_until=NOW + LEASE), 999)  # rolled back
+
+    report = relay.publish_committed([born, gone])
+
+    assert report.published == (born.id,)
+    assert store.rows == {}
+    assert drain(queue_name) == ["task-1"]
+
+
+def test_rows_whose_lease_ran_out_are_claimed_first(
+    app: Celery, store: InMemoryOutboxStore, relay: Relay, queue_name: str
+) -> None:
+    late = add(store, message(app, 1, locked_until=NOW - LEASE))
+    taken = add(store, message(app, 2, locked_until=NOW - LEASE))
+    store.rows[taken.id] = replace(taken, locked_until=NOW + LEASE)  # another publisher has it
+
+    report = relay.publish_committed([late, taken])
+
+    assert report.published == (late.id,)
+    assert list(store.rows) == [taken.id]
+    assert drain(queue_name) == ["task-1"]
+
+
+def test_the_after_commit_publisher_never_raises(
+    app: Celery, store: InMemoryOutboxStore, relay: Relay
+) -> None:
+    row = add(store, message(app, 1))
+
+    def broken(*args: object, **kwargs: object) -> Claim:
+        raise RuntimeError("database gone")
+
+    store.claim = broken  # type: ignore[method-assign]
+
+    assert relay.publish_committed([row]).published == ()
+    assert relay.publish_ids([row.id]).published == ()
+
+
+def test_one_publisher_per_alias(relay: Relay) -> None:
+    assert relay.publisher() is relay.publisher(None)
+    assert relay.publisher("other") is relay.publisher("other")
+    assert relay.publisher("other") is not relay.publisher()
+
+
+# -- the broker side ----------------------------------------------------------------------
+@pytest.fixture
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_pass_stops_at_the_first_part_the_broker_took_nothing_of(
+    app: Celery, store: InMemoryOutboxStore, closed_port: int
+) -> None:
+    app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{closed_port}//"
+    app.conf.outbox_sweep_batch_bytes = 64 * 1024
+    app.conf.outbox_publish_timeout = 0.5
+    relay = Relay(app, store=store, config=OutboxConfig.from_mapping(app.conf), clock=lambda: NOW)
+    big = "x" * 40_000
+    rows = [add(store, message(app, n, payload=big)) for n in range(5)]
+
+    sent = relay.producers.send(rows)
+
+    assert sent.published == []
+    assert set(sent.failed) == {r.id for r in rows}  # one wait for the lot, not one per part
+    assert len(set(sent.failed.values())) == 1
+
+
+def test_publish_message_raises_what_the_broker_raised(
+    app: Celery, store: InMemoryOutboxStore, closed_port: int
+) -> None:
+    app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{closed_port}//"
+    app.conf.outbox_publish_timeout = 0.5
+    relay = Relay(app, store=store, config=OutboxConfig.from_mapping(app.conf), clock=lambda: NOW)
+
+    with pytest.raises(Exception, match=r"refused|Connection|connect"):
+        relay.publish_message(message(app, 1))
+
+
+# -- pure rules ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("attempts", "retry_at", "expected"),
+    [(0, NOW, False), (1, NOW, False), (2, NOW, True), (5, NOW, True), (0, None, True)],
+)
+def test_gives_up_at_the_last_attempt_or_without_a_retry(
+    attempts: int, retry_at: datetime | None, expected: bool
+) -> None:
+    assert gives_up(attempts, max_attempts=3, retry_at=retry_at) is expected
+
+
+def test_refusal_names_what_is_wrong(app: Celery) -> None:
+    ok = StoredMessage.written(message(app, 1), 1)
+    pickled = replace(ok, options={**ok.options, "content_type": "application/x-python-serialize"})
+
+    assert refusal(app, ok, max_payload_bytes=None) is None
+    assert "payload refused: content type" in (refusal(app, pickled, max_payload_bytes=None) or "")
+    unknown = replace(ok, task_name="unit.relay.gone")
+    assert refusal(app, unknown, max_payload_bytes=None) == (
+        "task 'unit.relay.gone' is not registered with this app"
+    )

@@ -1,0 +1,96 @@
+"""Sending a retry never drops it: the ETA and parking fall back on each other."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery import Celery
+from celery.exceptions import Reject, Retry
+
+from celery_outbox.envelope import build_message
+from celery_outbox.registry import install_store
+from celery_outbox.testing import InMemoryOutboxStore
+from celery_outbox.worker.republish import schedule_retry
+from tests.unit.worker.support import attempt_of, queued_ids
+
+NOW = datetime.now(timezone.utc)
+
+
+def test_long_wait_is_parked(app: Celery, queue_name: str) -> None:
+    store = InMemoryOutboxStore()
+    install_store(app, store)
+    retry = schedule_retry(
+        app.tasks["unit.retrying"],
+        attempt_of("t1", queue_name),
+        ValueError(),
+        delay=timedelta(minutes=10),
+        park=True,
+        now=NOW,
+    )
+    assert isinstance(retry, Retry)
+    (row,) = store.rows.values()
+    assert (row.task_id, row.available_at) == ("t1", NOW + timedelta(minutes=10))
+    assert queued_ids(queue_name) == []
+
+
+def test_park_colliding_with_the_row_being_published_rides_on_an_eta(
+    app: Celery, queue_name: str
+) -> None:
+    # The sweeper published this task's row and has not removed it yet: parking the
+    # retry collides with it, and the retry must not be dropped.
+    store = InMemoryOutboxStore()
+    install_store(app, store)
+    task = app.tasks["unit.retrying"]
+    store.add(
+        build_message(
+            task,
+            (1,),
+            {},
+            task_id="t2",
+            options={},
+            now=NOW,
+            park_after=timedelta(seconds=30),
+            max_bytes=None,
+        )
+    )
+    retry = schedule_retry(
+        task,
+        attempt_of("t2", queue_name),
+        ValueError(),
+        delay=timedelta(minutes=10),
+        park=True,
+        now=NOW,
+    )
+    assert isinstance(retry, Retry)
+    assert queued_ids(queue_name) == ["t2"]
+
+
+def test_neither_eta_nor_park_rejects_with_requeue(app: Celery) -> None:
+    store = InMemoryOutboxStore()
+    install_store(app, store)
+    app.conf.broker_write_url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    app.conf.outbox_publish_timeout = 0.2
+    task = app.tasks["unit.retrying"]
+    store.add(
+        build_message(
+            task,
+            (1,),
+            {},
+            task_id="t3",
+            options={},
+            now=NOW,
+            park_after=timedelta(seconds=30),
+            max_bytes=None,
+        )
+    )
+    with pytest.raises(Reject) as caught:
+        schedule_retry(
+            task,
+            attempt_of("t3", "q"),
+            ValueError(),
+            delay=timedelta(minutes=10),
+            park=True,
+            now=NOW,
+        )
+    assert caught.value.requeue is True
