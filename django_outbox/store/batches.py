@@ -1,9 +1,9 @@
 """One on-commit publish per transaction, however many rows it wrote.
 
-Each database connection keeps one :class:`CommitBatch` per publisher (the relay gives
-one publisher callable per alias, always the same object). The first row a transaction
-defers registers the batch's ``on_commit`` callback; later rows join it, so the commit
-runs one ``publish(messages)`` for all of them.
+Each database connection keeps one :class:`CommitBatch` per publisher, keyed by
+:func:`celery_outbox.storage.publisher_key` as in every store. The first row a
+transaction defers registers the batch's ``on_commit`` callback; later rows join it, so
+the commit runs one ``publish(messages)`` for all of them.
 
 Django forgets a callback when the transaction, or the savepoint it was registered in,
 rolls back. A batch whose callback is gone must not collect later rows (they would never
@@ -13,12 +13,13 @@ among the connection's on-commit callbacks, and start a new batch when it is not
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from django.db import transaction
 
 from celery_outbox.records import StoredMessage
-from celery_outbox.storage import PublishCallback
+from celery_outbox.storage import PublishCallback, publisher_key
 from django_outbox._compat import on_commit_callbacks
 
 #: Attribute of a Django connection holding its batches, keyed by publisher.
@@ -52,23 +53,25 @@ def defer(message: StoredMessage, publish: PublishCallback, *, using: str) -> No
     if not connection.in_atomic_block:
         publish((message,))
         return
-    batches: dict[PublishCallback, CommitBatch] = getattr(connection, _BATCHES_ATTR, None) or {}
-    batch = batches.get(publish)
+    batches: dict[Hashable, CommitBatch] = getattr(connection, _BATCHES_ATTR, None) or {}
+    key = publisher_key(publish)
+    batch = batches.get(key)
     if batch is None or not batch.is_registered(connection):
-        batch = _new_batch(connection, batches, publish, using=using)
+        batch = _new_batch(connection, batches, key, publish, using=using)
     batch.messages.append(message)
 
 
 def _new_batch(
     connection: Any,
-    batches: dict[PublishCallback, CommitBatch],
+    batches: dict[Hashable, CommitBatch],
+    key: Hashable,
     publish: PublishCallback,
     *,
     using: str,
 ) -> CommitBatch:
     # Drop batches Django already ran or discarded, so the dict never grows.
-    live = {key: b for key, b in batches.items() if b.is_registered(connection)}
-    batch = live[publish] = CommitBatch(publish)
+    live = {k: b for k, b in batches.items() if b.is_registered(connection)}
+    batch = live[key] = CommitBatch(publish)
     setattr(connection, _BATCHES_ATTR, live)
     # robust: a failing publisher never stops the caller's other on-commit callbacks.
     transaction.on_commit(batch.callback, using=using, robust=True)

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from django.db import connections, models, transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, DateTimeField, F, Q, Value, When
 from django.db.models.functions import Length
 
 from celery_outbox.records import Claim, MessageStatus, NewMessage, StoredMessage
@@ -144,13 +144,17 @@ class OrmStrategy:
             return rows.update(
                 status=_FAILED, attempts=F("attempts") + 1, last_error=error, locked_until=None
             )
-        # ``status`` first: it must still see the old ``attempts``.
-        gave_up = When(attempts__gte=max_attempts - 1, then=Value(_FAILED))
+        # ``status`` and ``available_at`` first: they must still see the old ``attempts``.
+        # A row that gives up keeps its due time (it will never use ``retry_at``).
+        gives_up = Q(attempts__gte=max_attempts - 1)
         return rows.update(
-            status=Case(gave_up, default=Value(_PENDING)),
+            status=Case(When(gives_up, then=Value(_FAILED)), default=Value(_PENDING)),
+            available_at=Case(
+                When(gives_up, then=F("available_at")),
+                default=Value(retry_at, output_field=DateTimeField()),
+            ),
             attempts=F("attempts") + 1,
             last_error=error,
-            available_at=retry_at,
             locked_until=None,
         )
 
