@@ -1,11 +1,13 @@
-"""Row <-> record: between the Django store's rows and the core's records.
+"""Row <-> record for the Django store, over the core's one mapping (:mod:`celery_outbox.rows`).
 
-Every conversion of the Django store lives here (:mod:`celery_outbox.records` on one
-side; model instances, or the parameters of the raw upsert, on the other).
+Every conversion of the Django store goes through here: model instances built from the
+core's column values, records read back from model instances, and the parameters of the
+raw upsert (:mod:`django_outbox.store.sql`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from datetime import datetime
@@ -13,15 +15,9 @@ from typing import Any
 
 from django.db.models import Field
 
+from celery_outbox import rows as core
 from celery_outbox.clock import utcnow
-from celery_outbox.records import (
-    DeadLetterStatus,
-    MessageStatus,
-    NewDeadLetter,
-    NewMessage,
-    StoredDeadLetter,
-    StoredMessage,
-)
+from celery_outbox.records import NewDeadLetter, NewMessage, StoredDeadLetter, StoredMessage
 from django_outbox.models import DeadLetter, OutboxMessage
 
 #: Columns a new outbox row is written with (``id`` comes from the database).
@@ -37,21 +33,19 @@ NEW_MESSAGE_FIELDS = (
     "locked_until",
     "created_at",
 )
+_DATETIMES = frozenset({"available_at", "locked_until", "created_at"})
 
 
 def new_message(message: NewMessage) -> OutboxMessage:
     """An unsaved ``pending`` row for ``message``."""
-    return OutboxMessage(
-        task_id=message.task_id,
-        task_name=message.task_name,
-        payload=message.payload,
-        options=dict(message.options),
-        status=MessageStatus.PENDING.value,
-        available_at=message.available_at,
-        attempts=0,
-        last_error="",
-        locked_until=message.locked_until,
-        created_at=utcnow(),
+    return OutboxMessage(**core.message_columns(message, created_at=utcnow()))
+
+
+def stored_message(row: OutboxMessage, *, locked_until: datetime | None = None) -> StoredMessage:
+    """The record of an outbox row (with ``locked_until`` replaced when given)."""
+    record = core.stored_message(row)
+    return (
+        record if locked_until is None else dataclasses.replace(record, locked_until=locked_until)
     )
 
 
@@ -70,74 +64,18 @@ def new_message_params(message: NewMessage, connection: Any) -> list[Any]:
     The hot path of every dispatch: no model instance and no per-field preparation
     (both cost more than the INSERT's round trip); the values are adapted directly.
     """
+    values = core.message_columns(message, created_at=utcnow())
+    # JSON text: both databases read it into the column.
+    values["options"] = json.dumps(values["options"])
     when = connection.ops.adapt_datetimefield_value
-    return [
-        message.task_id,
-        message.task_name,
-        message.payload,
-        json.dumps(dict(message.options)),  # JSON text: both databases read it into the column
-        MessageStatus.PENDING.value,
-        when(message.available_at),
-        0,
-        "",
-        when(message.locked_until),
-        when(utcnow()),
-    ]
-
-
-def stored_message(row: OutboxMessage, *, locked_until: datetime | None = None) -> StoredMessage:
-    """The record of an outbox row (with ``locked_until`` replaced when given)."""
-    return StoredMessage(
-        id=row.id,
-        task_id=row.task_id,
-        task_name=row.task_name,
-        payload=row.payload,
-        options=row.options,
-        available_at=row.available_at,
-        status=MessageStatus(row.status),
-        attempts=row.attempts,
-        last_error=row.last_error,
-        locked_until=locked_until or row.locked_until,
-        created_at=row.created_at,
-        published_at=row.published_at,
-    )
+    return [when(values[f]) if f in _DATETIMES else values[f] for f in NEW_MESSAGE_FIELDS]
 
 
 def new_dead_letter(letter: NewDeadLetter) -> DeadLetter:
-    """An unsaved dead letter row for ``letter``."""
-    return DeadLetter(
-        task_id=letter.task_id,
-        task_name=letter.task_name,
-        args=list(letter.args),
-        kwargs=dict(letter.kwargs),
-        options=dict(letter.options),
-        exception_type=letter.exception_type,
-        exception_message=letter.exception_message,
-        traceback=letter.traceback,
-        retries=letter.retries,
-        first_failed_at=letter.first_failed_at,
-        failed_at=letter.failed_at,
-        status=DeadLetterStatus.DEAD.value,
-    )
+    """An unsaved ``dead`` letter row for ``letter``."""
+    return DeadLetter(**core.letter_columns(letter))
 
 
 def stored_dead_letter(row: DeadLetter) -> StoredDeadLetter:
     """The record of a dead letter row."""
-    return StoredDeadLetter(
-        id=row.id,
-        task_id=row.task_id,
-        task_name=row.task_name,
-        args=row.args,
-        kwargs=row.kwargs,
-        options=row.options,
-        exception_type=row.exception_type,
-        exception_message=row.exception_message,
-        traceback=row.traceback,
-        retries=row.retries,
-        first_failed_at=row.first_failed_at,
-        failed_at=row.failed_at,
-        status=DeadLetterStatus(row.status),
-        requeued_at=row.requeued_at,
-        requeued_by=row.requeued_by,
-        requeued_task_id=row.requeued_task_id,
-    )
+    return core.stored_letter(row)
