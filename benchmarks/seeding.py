@@ -31,8 +31,8 @@ def outbox_messages(task: Any, count: int) -> list[Any]:
 
 def seed_outbox(task: Any, count: int) -> list[str]:
     """Insert ``count`` pending rows of ``task(i)``; their task ids, in order."""
-    from django_outbox.inserts import new_row
     from django_outbox.models import OutboxMessage
+    from django_outbox.store.rows import new_message as new_row
 
     messages = outbox_messages(task, count)
     OutboxMessage.objects.bulk_create([new_row(m) for m in messages], batch_size=2000)

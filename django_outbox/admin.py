@@ -23,8 +23,13 @@ from django.utils.translation import gettext_lazy as _
 from celery_outbox.envelope import decode_body
 from django_outbox import admin_actions
 from django_outbox.admin_base import ReadOnlyAdmin, head
-from django_outbox.managers import DeadLetterQuerySet, OutboxMessageQuerySet
-from django_outbox.models import DeadLetter, OutboxMessage
+from django_outbox.dead_letters import discard_letters, requeue_letters
+from django_outbox.models import (
+    DeadLetter,
+    DeadLetterQuerySet,
+    OutboxMessage,
+    OutboxMessageQuerySet,
+)
 
 #: Characters of a message or error shown in a changelist column.
 SHORT_TEXT = 80
@@ -169,14 +174,14 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     @admin.action(description=_("Requeue selected dead letters"), permissions=["requeue"])
     def requeue_selected(self, request: HttpRequest, queryset: DeadLetterQuerySet) -> None:
         """Requeue the selected ``dead`` letters as new tasks."""
-        result = admin_actions.requeue_dead_letters(queryset, request.user)
+        result = requeue_letters(queryset, by=admin_actions.actor_name(request.user))
         self.report(request, admin_actions.requeue_messages(result))
 
     @admin.action(description=_("Discard selected dead letters"), permissions=["discard"])
     def discard_selected(self, request: HttpRequest, queryset: DeadLetterQuerySet) -> None:
         """Mark the selected ``dead`` letters discarded."""
         selected = queryset.count()
-        discarded = admin_actions.discard_dead_letters(queryset)
+        discarded = discard_letters(queryset)
         self.report(request, admin_actions.discard_messages(selected, discarded))
 
 

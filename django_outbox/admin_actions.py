@@ -1,9 +1,10 @@
 """The logic of the admin actions, as plain functions testable without a request.
 
-Each action function takes a queryset (and, for requeue, the user acting), keeps only the
-rows in a state the action applies to, delegates to the core, and returns counts. Each
-``*_messages`` function turns those counts into ``(level, text)`` pairs for
-``ModelAdmin.message_user``, translated with ``ngettext`` (modelled on
+The dead letter actions requeue and discard through :mod:`django_outbox.dead_letters`
+(as ``requeued_by``, :func:`actor_name` of the user acting). Each outbox message action
+takes a queryset, keeps only the rows in a state the action applies to, delegates to the
+core, and returns counts. Each ``*_messages`` function turns counts into ``(level, text)``
+pairs for ``ModelAdmin.message_user``, translated with ``ngettext`` (modelled on
 ``django_celery_beat.admin.PeriodicTaskAdmin.enable_tasks``).
 """
 
@@ -23,8 +24,8 @@ from celery_outbox.clock import utcnow
 from celery_outbox.records import MessageStatus
 from celery_outbox.registry import relay_for, store_for
 from django_outbox.celery_app import outbox_app
-from django_outbox.dead_letters import RequeueResult, discard_letters, requeue_letters
-from django_outbox.managers import DeadLetterQuerySet, OutboxMessageQuerySet
+from django_outbox.dead_letters import RequeueResult
+from django_outbox.models import OutboxMessageQuerySet
 
 #: A message for ``message_user``: its level (``django.contrib.messages``) and text.
 UserMessage = tuple[int, str]
@@ -39,21 +40,6 @@ def actor_name(user: AbstractBaseUser | AnonymousUser | str) -> str:
 
 
 # -- dead letters --------------------------------------------------------------------------
-def requeue_dead_letters(
-    letters: DeadLetterQuerySet,
-    user: AbstractBaseUser | AnonymousUser | str,
-    *,
-    app: Celery | None = None,
-) -> RequeueResult:
-    """Requeue the ``dead`` letters of ``letters`` as ``user``: one transaction each."""
-    return requeue_letters(letters, by=actor_name(user), app=app)
-
-
-def discard_dead_letters(letters: DeadLetterQuerySet, *, app: Celery | None = None) -> int:
-    """Discard the ``dead`` letters of ``letters``; return how many were discarded."""
-    return discard_letters(letters, app=app)
-
-
 def requeue_messages(result: RequeueResult) -> list[UserMessage]:
     """The report of a requeue: successes, letters skipped, and failures with reasons."""
     report: list[UserMessage] = []

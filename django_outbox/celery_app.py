@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from celery import Celery
-from celery import _state as celery_state
 from kombu.utils.imports import symbol_by_name
 
 from celery_outbox.exceptions import OutboxConfigError
+from django_outbox._compat import created_celery_app
 from django_outbox.settings import settings
 
 
@@ -23,9 +23,21 @@ def outbox_app() -> Celery:
     OutboxConfigError
         The setting cannot be imported, or the project never created a Celery app.
     """
-    app = _configured_app(settings.CELERY_APP)
+    app = project_app()
     app.loader.import_default_modules()
     return app
+
+
+def project_app() -> Celery:
+    """``DJANGO_OUTBOX_CELERY_APP`` when set, else the app the project created (its task
+    modules not imported: what the system checks read the configuration of).
+
+    Raises
+    ------
+    OutboxConfigError
+        The setting cannot be imported, or the project never created a Celery app.
+    """
+    return _configured_app(settings.CELERY_APP)
 
 
 def import_app(path: str) -> Celery:
@@ -57,21 +69,13 @@ def _configured_app(path: str | None) -> Celery:
     # Not get_current_app(): with no app at all it makes an empty fallback app. (Nor a
     # check against ``default_app``: Celery's Django fixup makes the project's app the
     # default app as soon as it is created.)
-    created = _created_app()
+    created = created_celery_app()
     if created is None or _is_fallback(created):
         raise OutboxConfigError(
             "No Celery app found: import it in your project's __init__.py (as Celery's "
             "Django guide does) or set DJANGO_OUTBOX_CELERY_APP."
         )
     return created
-
-
-def _created_app() -> Celery | None:
-    """The current (or else default) app, without making a fallback app if there is none."""
-    # celery-types does not declare these module attributes of ``celery._state``.
-    current: Celery | None = celery_state._tls.current_app  # type: ignore[attr-defined]
-    default: Celery | None = celery_state.default_app  # type: ignore[attr-defined]
-    return current or default
 
 
 def _is_fallback(app: Celery) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from celery import Celery
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
@@ -29,7 +30,7 @@ from kombu.serialization import prepare_accept_content
 from celery_outbox.config import DEFAULTS, setting_errors
 from celery_outbox.exceptions import OutboxConfigError
 from celery_outbox.registry import load_store
-from django_outbox.celery_app import import_app
+from django_outbox.celery_app import import_app, project_app
 from django_outbox.settings import settings
 
 #: Name of the sweep task, and the content type of pickle.
@@ -37,10 +38,19 @@ SWEEP_TASK = "celery_outbox.sweep"
 _PICKLE = {"pickle", "application/x-python-serialize"}
 
 
-def _celery_conf() -> Any:
-    from celery import current_app
+def _celery_app() -> Celery:
+    """The app the project uses (:func:`~django_outbox.celery_app.project_app`), else
+    Celery's current app (E005 reports a setting that does not import)."""
+    try:
+        return project_app()
+    except OutboxConfigError:
+        from celery import current_app
 
-    return current_app.conf
+        return current_app
+
+
+def _celery_conf() -> Any:
+    return _celery_app().conf
 
 
 def _django_name(setting: str) -> str:
@@ -52,8 +62,10 @@ def check_outbox_settings(**kwargs: Any) -> list[CheckMessage]:
 
     Each bad setting is its own error, naming the value and the accepted range.
     """
+    # ``conf.get`` as the worker reads them (``OutboxConfig.from_celery``): ``key in conf``
+    # is False for a namespaced Django setting until something has read it.
     conf = _celery_conf()
-    errors = setting_errors({key: conf[key] for key in DEFAULTS if key in conf})
+    errors = setting_errors({key: conf.get(key, DEFAULTS[key]) for key in DEFAULTS})
     return [
         Error(message, id="django_outbox.E001", hint=f"Fix {_django_name(key)}.")
         for key, message in errors.items()
@@ -62,13 +74,12 @@ def check_outbox_settings(**kwargs: Any) -> list[CheckMessage]:
 
 def check_store(**kwargs: Any) -> list[CheckMessage]:
     """E004: ``outbox_store`` imports and gives an ``OutboxStore`` (else every dispatch fails)."""
-    from celery import current_app
-
-    path = current_app.conf.get("outbox_store")
+    app = _celery_app()
+    path = app.conf.get("outbox_store")
     if path is None or "outbox_store" in setting_errors({"outbox_store": path}):
         return []  # the default store, or already reported by E001
     try:
-        load_store(path, current_app)
+        load_store(path, app)
     except OutboxConfigError as exc:
         return [
             Error(str(exc), id="django_outbox.E004", hint=f"Fix {_django_name('outbox_store')}.")

@@ -20,14 +20,7 @@ the signal's keyword arguments they name as parameters (``created``, ``update_fi
 ``using`` ...). Fixture loading (``raw=True``) never dispatches. The row is written to
 the database the instance was saved to, unless ``using`` names another.
 
-The decorator form builds an unconnected hook from a function returning the task's
-positional arguments (a tuple), its keyword arguments (a dict), or ``None`` to skip::
-
-    @dispatch_hook(post_save, sender=Order, task=send_push)
-    def push_new_order(order, created):
-        return (order.pk,) if created else None
-
-    push_new_order.connect()      # in AppConfig.ready()
+See ``docs/hooks.md``.
 """
 
 from __future__ import annotations
@@ -45,7 +38,8 @@ SignalCallable = Callable[..., Any]
 
 
 class DispatchHook:
-    """One task dispatched from one model signal; connect and disconnect it explicitly."""
+    """One task dispatched from one model signal (:func:`dispatch_on` builds and connects
+    one); :meth:`connect` and :meth:`disconnect` it explicitly."""
 
     def __init__(
         self,
@@ -96,35 +90,6 @@ class DispatchHook:
         self.task.apply_async(tuple(args), dict(kwargs), using=using)
 
 
-class _DecoratedHook(DispatchHook):
-    """A hook whose one function decides and builds the call."""
-
-    def __init__(
-        self,
-        function: SignalCallable,
-        signal: Signal,
-        *,
-        sender: type[Any],
-        task: OutboxTask,
-        using: str | None,
-    ) -> None:
-        super().__init__(signal, sender=sender, task=task, using=using)
-        self.function = function
-        self._call = _bind(function)
-
-    def receive(self, sender: Any, instance: Any = None, **signal_kwargs: Any) -> None:
-        """Dispatch with what the function returned, unless it returned ``None``."""
-        if signal_kwargs.get("raw"):
-            return
-        call = self._call(instance, signal_kwargs)
-        if call is None:
-            return
-        if isinstance(call, Mapping):
-            self.dispatch((), call, using=self.using or signal_kwargs.get("using"))
-        else:
-            self.dispatch(tuple(call), {}, using=self.using or signal_kwargs.get("using"))
-
-
 def dispatch_on(
     signal: Signal,
     *,
@@ -160,17 +125,6 @@ def dispatch_on(
     return DispatchHook(
         signal, sender=sender, task=task, args=args, kwargs=kwargs, when=when, using=using
     ).connect()
-
-
-def dispatch_hook(
-    signal: Signal, *, sender: type[Any], task: OutboxTask, using: str | None = None
-) -> Callable[[SignalCallable], DispatchHook]:
-    """Decorator form of :func:`dispatch_on`; the hook is *not* connected until ``.connect()``."""
-
-    def decorate(function: SignalCallable) -> DispatchHook:
-        return _DecoratedHook(function, signal, sender=sender, task=task, using=using)
-
-    return decorate
 
 
 def _bind(function: SignalCallable) -> Callable[[Any, Mapping[str, Any]], Any]:

@@ -15,7 +15,13 @@ from celery_outbox.exceptions import OutboxConfigError
 from celery_outbox.records import DeadLetterStatus, MessageStatus
 from django_outbox import admin_actions
 from django_outbox.celery_app import outbox_app
-from django_outbox.dead_letters import RequeueResult, discard_letter, requeue_letter
+from django_outbox.dead_letters import (
+    RequeueResult,
+    discard_letter,
+    discard_letters,
+    requeue_letter,
+    requeue_letters,
+)
 from django_outbox.models import DeadLetter, OutboxMessage
 from tests.django import admin_app
 from tests.django.admin_app import APP_PATH, dispatch_row, make_letter
@@ -40,7 +46,7 @@ def test_requeue_acts_only_on_dead_letters(alice: User) -> None:
     dead = [make_letter(), make_letter()]
     done = make_letter(status=DeadLetterStatus.DISCARDED.value)
 
-    result = admin_actions.requeue_dead_letters(DeadLetter.objects.all(), alice)
+    result = requeue_letters(DeadLetter.objects.all(), by=admin_actions.actor_name(alice))
 
     assert set(result.requeued) == {dead[0].pk, dead[1].pk}
     assert (result.skipped, result.failed) == (1, {})
@@ -53,7 +59,7 @@ def test_requeue_acts_only_on_dead_letters(alice: User) -> None:
 
 def test_requeue_records_who_and_the_new_task_id(alice: User) -> None:
     letter = make_letter()
-    result = admin_actions.requeue_dead_letters(DeadLetter.objects.all(), alice)
+    result = requeue_letters(DeadLetter.objects.all(), by=admin_actions.actor_name(alice))
     letter.refresh_from_db()
     assert letter.status == DeadLetterStatus.REQUEUED.value
     assert letter.requeued_by == "alice"
@@ -81,7 +87,7 @@ def test_requeued_message_keeps_args_and_queue() -> None:
 def test_one_unregistered_task_does_not_stop_the_others(alice: User) -> None:
     good = make_letter()
     bad = make_letter(task_name="no.such.task")
-    result = admin_actions.requeue_dead_letters(DeadLetter.objects.all(), alice)
+    result = requeue_letters(DeadLetter.objects.all(), by=admin_actions.actor_name(alice))
     assert list(result.requeued) == [good.pk]
     assert "no.such.task" in result.failed[bad.pk]
     bad.refresh_from_db()
@@ -91,7 +97,7 @@ def test_one_unregistered_task_does_not_stop_the_others(alice: User) -> None:
 def test_discard_acts_only_on_dead_letters() -> None:
     dead = make_letter()
     requeued = make_letter(status=DeadLetterStatus.REQUEUED.value, requeued_task_id="x")
-    assert admin_actions.discard_dead_letters(DeadLetter.objects.all()) == 1
+    assert discard_letters(DeadLetter.objects.all()) == 1
     dead.refresh_from_db()
     requeued.refresh_from_db()
     assert dead.status == DeadLetterStatus.DISCARDED.value

@@ -21,7 +21,7 @@ from django.test.utils import CaptureQueriesContext
 
 from celery_outbox.records import MessageStatus
 from celery_outbox.state import reset
-from django_outbox.hooks import dispatch_hook, dispatch_on
+from django_outbox.hooks import DispatchHook, dispatch_on
 from django_outbox.models import OutboxMessage
 from tests.django.celery_app import create_app
 from tests.django.conftest import World, close_app
@@ -103,14 +103,37 @@ def test_post_save_hook_dispatches_with_the_save(
     assert [(run["user_id"], run["saw_user"]) for run in runs] == [(user.pk, True)]
 
 
-def test_decorated_hook_is_connected_explicitly(
+def test_a_hook_runs_its_task_after_commit_and_never_after_rollback(
     world: World, start_worker: Callable[..., Any]
 ) -> None:
     start_worker()
+    hook = dispatch_on(
+        post_save, sender=User, task=world.record, kwargs=lambda u: {"user_id": u.pk}
+    )
+    try:
+        with rolled_back():
+            rolled = User.objects.create(username="hook-rolled-back")
+        with transaction.atomic():
+            kept = User.objects.create(username="hook-committed")
+            assert OutboxMessage.objects.count() == 1  # written in the same transaction
+    finally:
+        hook.disconnect()
+    runs = drain(world, expected_before=1)
+    assert [(run["user_id"], run["saw_user"]) for run in runs] == [(kept.pk, True)]
+    assert rolled.pk not in [run["user_id"] for run in runs]
 
-    @dispatch_hook(post_save, sender=User, task=world.record)
-    def new_user(user: User, created: bool) -> tuple[int] | None:
-        return (user.pk,) if created else None
+
+def test_a_hook_built_unconnected_is_connected_explicitly(
+    world: World, start_worker: Callable[..., Any]
+) -> None:
+    start_worker()
+    new_user = DispatchHook(
+        post_save,
+        sender=User,
+        task=world.record,
+        args=lambda user: (user.pk,),
+        when=lambda user, created: created,
+    )
 
     User.objects.create(username="before-connect")
     new_user.connect()

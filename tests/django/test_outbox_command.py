@@ -174,6 +174,19 @@ def test_one_sweep_publishes_rows_left_by_a_crash_and_each_task_runs_once(
     assert Counter(r["task_id"] for r in runs(output)) == Counter(dict.fromkeys(task_ids, 1))
 
 
+def test_a_sweep_purges_old_published_rows_as_the_beat_sweep_does(use_app: Any) -> None:
+    app = use_app("memory://", "sweep-purge-q", outbox_keep_published=3600)
+    old = committed_rows(app, 3, created_at=now() - timedelta(days=2), prefix="old")
+    recent = committed_rows(app, 1, created_at=now() - timedelta(minutes=5), prefix="recent")
+    OutboxMessage.objects.update(status=MessageStatus.PUBLISHED.value)
+
+    out = outbox("sweep")
+
+    assert "purged 3" in out, out
+    assert list(OutboxMessage.objects.values_list("task_id", flat=True)) == recent
+    assert not OutboxMessage.objects.filter(task_id__in=old).exists()
+
+
 # -- relay ---------------------------------------------------------------------------------
 
 

@@ -25,7 +25,7 @@ from django_outbox.management.outbox_commands._context import (
     alias_name,
     load_context,
 )
-from django_outbox.managers import DeadLetterQuerySet
+from django_outbox.models import DeadLetterQuerySet
 
 HELP = "Requeue dead letters by --task, --exception, --since/--until or --id (--dry-run)."
 

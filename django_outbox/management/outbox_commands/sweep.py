@@ -1,4 +1,8 @@
-"""``outbox sweep``: one pass of the sweeper over every outbox database."""
+"""``outbox sweep``: one pass of the sweeper over every outbox database.
+
+It does what the beat sweep does: publish the due rows, then (with
+``outbox_keep_published`` > 0) delete one batch of published rows older than that.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from django_outbox.management.outbox_commands._context import (
     load_context,
 )
 
-HELP = "Publish the due rows their on-commit publisher left behind (one sweep)."
+HELP = "Publish the due rows left behind and purge old published rows (one sweep, as beat does)."
 
 
 def add_arguments(parser: ArgumentParser) -> None:
@@ -25,10 +29,11 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     sweeper = context.sweeper()
     try:
         for alias in context.aliases:
-            report = sweeper.sweep(alias)
+            report = sweeper.sweep(alias) + sweeper.purge_expired(alias)
             command.stdout.write(
                 f"{alias_name(alias)}: published {report.published}, rescheduled "
                 f"{report.rescheduled}, failed {report.failed} in {report.batches} batch(es)"
+                + (f", purged {report.purged}" if context.config.keep_published else "")
                 + (" (time budget spent; rows left)" if report.more else "")
             )
     finally:

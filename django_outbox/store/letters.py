@@ -1,0 +1,85 @@
+"""Dead letters and delivery counts through the ORM (the same on every database)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from celery_outbox.records import DeadLetterStatus, NewDeadLetter, NewMessage, StoredDeadLetter
+from django_outbox.models import DeadLetter, DeliveryCount
+from django_outbox.store import rows as convert
+from django_outbox.store.orm import locking
+
+#: Inserts an outbox row (the alias's strategy): its id, or ``None`` when already pending.
+Insert = Callable[[NewMessage], "int | None"]
+
+
+def record_delivery(task_id: str, *, now: datetime, alias: str) -> int:
+    """Add one to the task's delivery count (2 on its first redelivery); committed."""
+    counts = DeliveryCount.objects.using(alias)
+    with transaction.atomic(using=alias):
+        if not counts.filter(task_id=task_id).update(
+            deliveries=F("deliveries") + 1, updated_at=now
+        ):
+            try:
+                with transaction.atomic(using=alias):
+                    counts.create(task_id=task_id, deliveries=2, updated_at=now)
+            except IntegrityError:  # another worker counted it first
+                counts.filter(task_id=task_id).update(
+                    deliveries=F("deliveries") + 1, updated_at=now
+                )
+        return int(counts.get(task_id=task_id).deliveries)
+
+
+def forget_deliveries(task_id: str, *, alias: str) -> None:
+    """Drop the task's delivery count (a no-op without one)."""
+    DeliveryCount.objects.using(alias).filter(task_id=task_id).delete()
+
+
+def add_dead_letter(letter: NewDeadLetter, *, alias: str) -> int:
+    """Write a dead letter in the caller's transaction (at once outside one)."""
+    row = convert.new_dead_letter(letter)
+    row.save(using=alias, force_insert=True)
+    return int(row.pk)
+
+
+def get_dead_letter(letter_id: int, *, alias: str) -> StoredDeadLetter | None:
+    """The dead letter with that id, or ``None``."""
+    row = DeadLetter.objects.using(alias).filter(pk=letter_id).first()
+    return None if row is None else convert.stored_dead_letter(row)
+
+
+def requeue_dead_letter(
+    letter_id: int, message: NewMessage, insert: Insert, *, by: str, now: datetime, alias: str
+) -> tuple[str, int | None]:
+    """Add ``message`` with ``insert`` and mark the letter ``requeued``, in one transaction."""
+    with transaction.atomic(using=alias):
+        letter = locking(
+            DeadLetter.objects.using(alias).filter(pk=letter_id), skip_locked=False
+        ).first()
+        if letter is None:
+            raise LookupError(f"No dead letter with id {letter_id!r} in {alias!r}.")
+        if letter.status != DeadLetterStatus.DEAD.value:
+            return letter.requeued_task_id, None
+        row_id = insert(message)
+        DeadLetter.objects.using(alias).filter(pk=letter_id).update(
+            status=DeadLetterStatus.REQUEUED.value,
+            requeued_at=now,
+            requeued_by=by,
+            requeued_task_id=message.task_id,
+        )
+    return message.task_id, row_id
+
+
+def discard_dead_letter(letter_id: int, *, alias: str) -> bool:
+    """Mark a ``dead`` letter ``discarded``: one ``UPDATE``."""
+    changed = (
+        DeadLetter.objects.using(alias)
+        .dead()
+        .filter(pk=letter_id)
+        .update(status=DeadLetterStatus.DISCARDED.value)
+    )
+    return bool(changed)

@@ -1,0 +1,81 @@
+"""Row <-> record for the Django store, over the core's one mapping (:mod:`celery_outbox.rows`).
+
+Every conversion of the Django store goes through here: model instances built from the
+core's column values, records read back from model instances, and the parameters of the
+raw upsert (:mod:`django_outbox.store.sql`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Field
+
+from celery_outbox import rows as core
+from celery_outbox.clock import utcnow
+from celery_outbox.records import NewDeadLetter, NewMessage, StoredDeadLetter, StoredMessage
+from django_outbox.models import DeadLetter, OutboxMessage
+
+#: Columns a new outbox row is written with (``id`` comes from the database).
+NEW_MESSAGE_FIELDS = (
+    "task_id",
+    "task_name",
+    "payload",
+    "options",
+    "status",
+    "available_at",
+    "attempts",
+    "last_error",
+    "locked_until",
+    "created_at",
+)
+_DATETIMES = frozenset({"available_at", "locked_until", "created_at"})
+
+
+def new_message(message: NewMessage) -> OutboxMessage:
+    """An unsaved ``pending`` row for ``message``."""
+    return OutboxMessage(**core.message_columns(message, created_at=utcnow()))
+
+
+def stored_message(row: OutboxMessage, *, locked_until: datetime | None = None) -> StoredMessage:
+    """The record of an outbox row (with ``locked_until`` replaced when given)."""
+    record = core.stored_message(row)
+    return (
+        record if locked_until is None else dataclasses.replace(record, locked_until=locked_until)
+    )
+
+
+@functools.cache
+def new_message_columns() -> tuple[str, ...]:
+    """The database columns of :data:`NEW_MESSAGE_FIELDS`, in that order."""
+    by_name: dict[str, Field[Any, Any]] = {
+        field.name: field for field in OutboxMessage._meta.concrete_fields
+    }
+    return tuple(str(by_name[name].column) for name in NEW_MESSAGE_FIELDS)
+
+
+def new_message_params(message: NewMessage, connection: Any) -> list[Any]:
+    """The values of :data:`NEW_MESSAGE_FIELDS` for a raw ``INSERT`` on ``connection``.
+
+    The hot path of every dispatch: no model instance and no per-field preparation
+    (both cost more than the INSERT's round trip); the values are adapted directly.
+    """
+    values = core.message_columns(message, created_at=utcnow())
+    # JSON text: both databases read it into the column.
+    values["options"] = json.dumps(values["options"])
+    when = connection.ops.adapt_datetimefield_value
+    return [when(values[f]) if f in _DATETIMES else values[f] for f in NEW_MESSAGE_FIELDS]
+
+
+def new_dead_letter(letter: NewDeadLetter) -> DeadLetter:
+    """An unsaved ``dead`` letter row for ``letter``."""
+    return DeadLetter(**core.letter_columns(letter))
+
+
+def stored_dead_letter(row: DeadLetter) -> StoredDeadLetter:
+    """The record of a dead letter row."""
+    return core.stored_letter(row)

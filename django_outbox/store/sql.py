@@ -1,0 +1,155 @@
+"""Every raw SQL statement of the Django store (the rest goes through the ORM).
+
+On the hot paths (every commit that dispatched a task, every sweep batch) building an
+ORM query costs more than its round trip: about 550 µs against 210 µs for the same
+``SELECT`` on loopback. These statements do the same work as the ORM path of
+:mod:`django_outbox.store.orm`, in one round trip each.
+
+PostgreSQL
+    :func:`claim_due` and :func:`claim_ids` lease rows in one autocommit statement,
+    ``WITH claim AS (SELECT ... FOR UPDATE SKIP LOCKED) UPDATE ... RETURNING *``,
+    keeping the candidates whose predecessors hold fewer bytes than the budget (a running sum of
+    ``octet_length(payload)``, which reads a stored value's size without decompressing
+    it). The ``status = 'pending'`` literal lets PostgreSQL use the partial indexes.
+    :func:`still_leased` and :func:`delete_published` take the rows as two arrays,
+    ``unnest``-ed into ``(id, lease)`` pairs, so each row is checked against its own lease.
+    Deleting published rows outside a caller's transaction commits asynchronously
+    (``synchronous_commit = off`` for that statement's transaction only): losing the
+    delete in a database crash only publishes the rows again, so it need not wait for the
+    WAL flush.
+
+PostgreSQL and SQLite 3.35+
+    :func:`upsert` inserts a row unless its task id already has a pending one,
+    ``INSERT ... ON CONFLICT (task_id) WHERE status = 'pending' DO NOTHING RETURNING id``:
+    unlike catching an ``IntegrityError`` it never aborts the caller's PostgreSQL
+    transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connections, transaction
+
+from celery_outbox.records import OUTBOX_TABLE, MessageStatus, NewMessage
+from django_outbox.models import OutboxMessage
+from django_outbox.store import rows as convert
+
+_CLAIM = (
+    "WITH claim AS ("
+    f"SELECT id, available_at, octet_length(payload) AS size FROM {OUTBOX_TABLE} "
+    "WHERE {where} AND status = 'pending' "
+    "AND available_at <= %s AND (locked_until IS NULL OR locked_until <= %s) "
+    "ORDER BY available_at, id {limit} FOR UPDATE SKIP LOCKED), "
+    # Each row whose predecessors hold fewer than the budget: never an empty claim.
+    "budget AS (SELECT id, sum(size) OVER (ORDER BY available_at, id) - size AS before "
+    "FROM claim) "
+    f"UPDATE {OUTBOX_TABLE} SET locked_until = %s "
+    "WHERE id IN (SELECT id FROM budget WHERE %s::bigint IS NULL OR before < %s::bigint) "
+    "RETURNING *"
+)
+
+_CLAIM_IDS = _CLAIM.format(where="id = ANY(%s)", limit="")
+_CLAIM_DUE = _CLAIM.format(
+    where="(created_at <= %s OR available_at > created_at)", limit="LIMIT %s"
+)
+
+_PAIRS = "unnest(%s::bigint[], %s::timestamptz[]) AS lease(id, until)"
+
+_STILL_LEASED = (
+    f"SELECT m.id FROM {OUTBOX_TABLE} m JOIN {_PAIRS} "
+    "ON m.id = lease.id AND m.locked_until = lease.until WHERE m.status = 'pending'"
+)
+
+_DELETE = (
+    f"DELETE FROM {OUTBOX_TABLE} m USING {_PAIRS} "
+    "WHERE m.id = lease.id AND m.locked_until = lease.until{async_commit}"
+)
+
+#: A one-time filter evaluated before any row is touched: this transaction only.
+_ASYNC_COMMIT = " AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
+
+#: The upsert statement per database vendor (quoting is the vendor's).
+_UPSERT: dict[str, str] = {}
+
+
+def claim_ids(
+    ids: Sequence[int],
+    *,
+    now: datetime,
+    lease_until: datetime,
+    max_bytes: int | None,
+    alias: str,
+) -> list[OutboxMessage]:
+    """PostgreSQL: lease those of ``ids`` that are pending, due and unleased, within
+    ``max_bytes``."""
+    return _claim(_CLAIM_IDS, [list(ids), now, now, lease_until, max_bytes, max_bytes], alias)
+
+
+def claim_due(
+    *,
+    now: datetime,
+    created_before: datetime,
+    limit: int,
+    lease_until: datetime,
+    max_bytes: int | None,
+    alias: str,
+) -> list[OutboxMessage]:
+    """PostgreSQL: lease up to ``limit`` due rows past their grace (or parked), oldest due
+    first, and no row after the one that brings the claim to ``max_bytes`` of payload."""
+    params = [created_before, now, now, limit, lease_until, max_bytes, max_bytes]
+    return _claim(_CLAIM_DUE, params, alias)
+
+
+def _claim(sql: str, params: list[Any], alias: str) -> list[OutboxMessage]:
+    found = list(OutboxMessage.objects.db_manager(alias).raw(sql, params))
+    return sorted(found, key=lambda row: (row.available_at, row.id))
+
+
+def still_leased(pairs: Sequence[tuple[int, datetime]], *, alias: str) -> set[int]:
+    """PostgreSQL: the ids of the ``(id, lease)`` pairs whose row is pending under that lease."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(_STILL_LEASED, [[i for i, _ in pairs], [lease for _, lease in pairs]])
+        return {row_id for (row_id,) in cursor.fetchall()}
+
+
+def delete_published(pairs: Sequence[tuple[int, datetime]], *, alias: str) -> int:
+    """PostgreSQL: delete the ``(id, lease)`` pairs' rows still holding that lease; how many.
+
+    Asynchronous commit only outside a caller's transaction, whose commit must stay durable.
+    """
+    connection = connections[alias]
+    sql = _DELETE.format(async_commit="" if connection.in_atomic_block else _ASYNC_COMMIT)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [[i for i, _ in pairs], [lease for _, lease in pairs]])
+        return int(cursor.rowcount)
+
+
+def upsert(message: NewMessage, *, alias: str) -> int | None:
+    """PostgreSQL, SQLite 3.35+: insert ``message``; its row id, or ``None`` when its task
+    id is already pending."""
+    connection = connections[alias]
+    params = convert.new_message_params(message, connection)
+    # Like the ORM: a failed statement marks the caller's atomic block for rollback.
+    with transaction.mark_for_rollback_on_error(using=alias), connection.cursor() as cursor:
+        cursor.execute(_upsert_sql(connection), params)
+        returned: Any = cursor.fetchone()
+    return None if returned is None else int(returned[0])
+
+
+def _upsert_sql(connection: Any) -> str:
+    sql = _UPSERT.get(connection.vendor)
+    if sql is None:
+        quote = connection.ops.quote_name
+        columns = convert.new_message_columns()
+        # The predicate is a literal: PostgreSQL infers the partial index at parse time.
+        sql = _UPSERT[connection.vendor] = (
+            f"INSERT INTO {quote(OutboxMessage._meta.db_table)} "
+            f"({', '.join(quote(column) for column in columns)}) "
+            f"VALUES ({', '.join(['%s'] * len(columns))}) "
+            f"ON CONFLICT ({quote('task_id')}) WHERE {quote('status')} = "
+            f"'{MessageStatus.PENDING.value}' DO NOTHING RETURNING {quote('id')}"
+        )
+    return sql

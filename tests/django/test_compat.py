@@ -1,0 +1,84 @@
+"""Every Django and Celery internal in ``django_outbox._compat``, against the installed
+versions: when an upgrade changes one, this fails naming it (not production)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import celery
+import django
+import pytest
+from celery import _state as celery_state
+from django.db import connection, transaction
+from django.db.models import QuerySet
+
+from django_outbox import _compat
+from django_outbox.models import OutboxMessage
+from tests.django.admin_app import make_letter
+
+VERSIONS = f"Django {django.__version__}, Celery {celery.__version__}"
+
+
+def test_queryset_raw_delete_still_takes_an_alias() -> None:
+    raw_delete = getattr(QuerySet, "_raw_delete", None)
+    assert raw_delete is not None, f"QuerySet._raw_delete is gone in {VERSIONS}"
+    parameters = list(inspect.signature(raw_delete).parameters)
+    assert parameters[:2] == ["self", "using"], (
+        f"QuerySet._raw_delete{inspect.signature(raw_delete)} changed in {VERSIONS}"
+    )
+
+
+@pytest.mark.django_db
+def test_raw_delete_deletes_and_counts() -> None:
+    letter = make_letter()
+    assert _compat.raw_delete(type(letter).objects.filter(pk=letter.pk), "default") == 1
+    assert not type(letter).objects.filter(pk=letter.pk).exists()
+
+
+def register_then_roll_back(callback: Callable[[], None]) -> None:
+    """Register ``callback`` in a savepoint that rolls back."""
+    with transaction.atomic():
+        transaction.on_commit(callback)
+        raise RuntimeError
+
+
+@pytest.mark.django_db
+def test_run_on_commit_still_lists_the_registered_callables() -> None:
+    def callback() -> None: ...
+
+    with transaction.atomic():
+        transaction.on_commit(callback)
+        entries = getattr(connection, "run_on_commit", None)
+        assert isinstance(entries, list), f"connection.run_on_commit changed in {VERSIONS}"
+        assert all(isinstance(entry, tuple) and len(entry) == 3 for entry in entries), (
+            f"connection.run_on_commit entries are not (sids, callable, robust) in {VERSIONS}"
+        )
+        assert callback in _compat.on_commit_callbacks(connection)
+        with pytest.raises(RuntimeError):
+            register_then_roll_back(callback)
+        assert _compat.on_commit_callbacks(connection).count(callback) == 1
+
+
+@pytest.mark.django_db
+def test_model_state_still_records_the_alias() -> None:
+    row = OutboxMessage.objects.using("default").first() or make_letter()
+    assert getattr(getattr(row, "_state", None), "db", None) == "default", (
+        f"Model._state.db changed in {VERSIONS}"
+    )
+    assert _compat.instance_alias(row) == "default"
+
+
+def test_celery_state_still_holds_the_current_and_default_app() -> None:
+    assert hasattr(celery_state, "_tls"), f"celery._state._tls is gone in {VERSIONS}"
+    assert hasattr(celery_state._tls, "current_app"), (
+        f"celery._state._tls.current_app is gone in {VERSIONS}"
+    )
+    assert hasattr(celery_state, "default_app"), f"celery._state.default_app is gone in {VERSIONS}"
+    previous = celery_state._tls.current_app
+    app = celery.Celery("compat-probe", set_as_current=True)
+    try:
+        assert _compat.created_celery_app() is app
+    finally:
+        celery_state._set_current_app(previous)
+        app.close()
