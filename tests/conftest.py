@@ -237,6 +237,6 @@ def celery_worker_process(tmp_path: Path) -> Iterator[StartWorker]:
     yield start
     for worker in started:
         # The test is over: a warm shutdown gets TEARDOWN_GRACE seconds, then the group is killed.
-        # An idle RabbitMQ worker only notices SIGTERM when its event loop next wakes (kombu's hub
-        # sleeps up to 10 s with no timer due), which cost every AMQP test ~10 s of teardown.
+        # tests.worker_main wakes an idle worker's event loop on SIGTERM (kombu's hub would
+        # sleep up to 10 s with no timer due, an idle RabbitMQ worker), so it exits at once.
         worker.stop(timeout=TEARDOWN_GRACE)

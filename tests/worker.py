@@ -45,7 +45,11 @@ def wait_for(
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerCommand:
-    """What to run: ``python -m celery -A app_module worker`` with these options."""
+    """What to run: ``python -m tests.worker_main -A app_module worker`` with these options.
+
+    :mod:`tests.worker_main` is the ``celery`` command whose idle workers stop at once on
+    SIGTERM (see there).
+    """
 
     app_module: str
     queue: str
@@ -58,7 +62,7 @@ class WorkerCommand:
     def argv(self) -> list[str]:
         """The full command line."""
         return [
-            sys.executable, "-m", "celery", "-A", self.app_module, "worker",
+            sys.executable, "-m", "tests.worker_main", "-A", self.app_module, "worker",
             f"--pool={self.pool}", "-c", str(self.concurrency), "-Q", self.queue,
             "-n", self.nodename, "--without-heartbeat", "--without-gossip",
             "--without-mingle", "-l", self.loglevel, *self.extra_args,
