@@ -198,19 +198,15 @@ def broker_queue(broker_url: str, queue_name: str) -> str:
     return queue_name
 
 
-@pytest.fixture
-def celery_worker_process(tmp_path: Path) -> Iterator[StartWorker]:
-    """Factory: start real ``celery worker`` subprocesses; all are stopped at teardown.
+class WorkerStarter:
+    """Starts real ``celery worker`` subprocesses, logging under ``log_dir``; stops them all."""
 
-    Call it as ``start(app_module, *, queue, env=None, pool="solo", concurrency=1,
-    ready_timeout=60.0, extra_args=())``; it returns a ready
-    :class:`tests.worker.WorkerProcess` (``pid``, ``log_path``, ``stop()``, ``kill()``).
-    ``env`` is added to this process's environment, so the app module can read its broker,
-    database and queue from it.
-    """
-    started: list[WorkerProcess] = []
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[WorkerProcess] = []
 
-    def start(
+    def __call__(
+        self,
         app_module: str,
         *,
         queue: str,
@@ -227,16 +223,84 @@ def celery_worker_process(tmp_path: Path) -> Iterator[StartWorker]:
             concurrency=concurrency,
             extra_args=extra_args,
         )
-        log_path = tmp_path / f"worker-{len(started)}.log"
+        log_path = self.log_dir / f"worker-{len(self.started)}.log"
         worker = start_worker(
             command, env=env or {}, log_path=log_path, ready_timeout=ready_timeout
         )
-        started.append(worker)
+        self.started.append(worker)
         return worker
 
-    yield start
-    for worker in started:
-        # The test is over: a warm shutdown gets TEARDOWN_GRACE seconds, then the group is killed.
-        # tests.worker_main wakes an idle worker's event loop on SIGTERM (kombu's hub would
-        # sleep up to 10 s with no timer due, an idle RabbitMQ worker), so it exits at once.
-        worker.stop(timeout=TEARDOWN_GRACE)
+    def stop_all(self) -> None:
+        """Stop every worker started here (a warm shutdown, then the group is killed)."""
+        for worker in self.started:
+            # A warm shutdown gets TEARDOWN_GRACE seconds, then the group is killed.
+            # tests.worker_main wakes an idle worker's event loop on SIGTERM (kombu's hub
+            # would sleep up to 10 s with no timer due, an idle RabbitMQ worker), so it
+            # exits at once.
+            worker.stop(timeout=TEARDOWN_GRACE)
+
+
+@pytest.fixture
+def celery_worker_process(tmp_path: Path) -> Iterator[StartWorker]:
+    """Factory: start real ``celery worker`` subprocesses; all are stopped at teardown.
+
+    Call it as ``start(app_module, *, queue, env=None, pool="solo", concurrency=1,
+    ready_timeout=60.0, extra_args=())``; it returns a ready
+    :class:`tests.worker.WorkerProcess` (``pid``, ``log_path``, ``stop()``, ``kill()``).
+    ``env`` is added to this process's environment, so the app module can read its broker,
+    database and queue from it.
+    """
+    starter = WorkerStarter(tmp_path)
+    yield starter
+    starter.stop_all()
+
+
+class SharedWorker:
+    """One worker at a time, kept across the tests of a module (starting one costs seconds).
+
+    :meth:`get` takes the arguments of ``celery_worker_process``: the same arguments as the
+    worker running now give that worker back; others stop it and start a new one. Tests that
+    share it dispatch and observe only (their own queue of the module, their own run count).
+    """
+
+    def __init__(self, log_dir: Path) -> None:
+        self._starter = WorkerStarter(log_dir)
+        self._key: tuple[object, ...] | None = None
+        self._worker: WorkerProcess | None = None
+
+    def get(self, app_module: str, **options: object) -> WorkerProcess:
+        """The running worker for these arguments, started (again) when needed."""
+        env = options.get("env") or {}
+        assert isinstance(env, Mapping)
+        key = (app_module, tuple(sorted(env.items())), tuple(sorted(
+            (name, value) for name, value in options.items() if name != "env"
+        )))  # fmt: skip
+        if self._worker is not None and (key != self._key or not self._worker.is_running()):
+            self._worker.stop(timeout=TEARDOWN_GRACE)
+            self._worker = None
+        if self._worker is None:
+            self._key = None
+            self._worker = self._starter(app_module, **options)  # type: ignore[arg-type]
+            self._key = key
+        return self._worker
+
+    def stop(self) -> None:
+        """Stop the worker (and any left from earlier :meth:`get` calls)."""
+        self._worker = None
+        self._starter.stop_all()
+
+
+@pytest.fixture(scope="module")
+def shared_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedWorker]:
+    """A :class:`SharedWorker` of this module (stopped after its last test)."""
+    shared = SharedWorker(tmp_path_factory.mktemp("shared-worker"))
+    yield shared
+    shared.stop()
+
+
+@pytest.fixture(scope="module")
+def module_broker_queue(broker_url: str) -> Iterator[str]:
+    """A queue of this module on ``broker_url`` (for a :func:`shared_worker`), deleted after."""
+    name = new_queue_name()
+    yield name
+    delete_queue(broker_url, name)
