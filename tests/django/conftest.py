@@ -16,6 +16,7 @@ import pytest
 from celery import Celery
 
 from celery_outbox.records import NewMessage
+from tests.brokers import purge_queue
 from tests.conftest import SharedWorker
 from tests.django.celery_app import RECORD, create_app, runs
 from tests.django.helpers import database_url
@@ -103,6 +104,7 @@ def world(request: pytest.FixtureRequest, broker_url: str, world_output: Path) -
     """
     if "start_worker" in request.fixturenames:
         queue = str(request.getfixturevalue("module_broker_queue"))
+        purge_queue(broker_url, queue)  # nothing an earlier test left reaches this one
     else:
         queue = str(request.getfixturevalue("broker_queue"))
     app = create_app(broker_url, queue)
