@@ -7,14 +7,14 @@ Service fixtures skip their test when the service does not answer, or fail it wh
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import services
 from tests.brokers import MEMORY_BROKER_URL, delete_queue, new_queue_name
-from tests.worker import Pool, WorkerCommand, WorkerProcess, start_worker
+from tests.worker import SharedWorker, WorkerProcess, WorkerStarter
 
 #: Fixture name -> the marker a test using it gets (fixture closures count too).
 FIXTURE_MARKERS: dict[str, str] = {
@@ -26,9 +26,6 @@ FIXTURE_MARKERS: dict[str, str] = {
 
 #: pytest-django fixtures that need the Django test database.
 DJANGO_DB_FIXTURES = frozenset({"db", "transactional_db", "django_db_setup", "live_server"})
-
-#: Seconds a worker gets to finish a warm shutdown at teardown before its group is killed.
-TEARDOWN_GRACE = 2.0
 
 #: Plugin name -> the ini keys pyproject sets for it, accepted (and unused) without it.
 OPTIONAL_PLUGIN_INI_KEYS: dict[str, tuple[str, ...]] = {
@@ -198,48 +195,6 @@ def broker_queue(broker_url: str, queue_name: str) -> str:
     return queue_name
 
 
-class WorkerStarter:
-    """Starts real ``celery worker`` subprocesses, logging under ``log_dir``; stops them all."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.started: list[WorkerProcess] = []
-
-    def __call__(
-        self,
-        app_module: str,
-        *,
-        queue: str,
-        env: Mapping[str, str] | None = None,
-        pool: Pool = "solo",
-        concurrency: int = 1,
-        ready_timeout: float = 60.0,
-        extra_args: tuple[str, ...] = (),
-    ) -> WorkerProcess:
-        command = WorkerCommand(
-            app_module=app_module,
-            queue=queue,
-            pool=pool,
-            concurrency=concurrency,
-            extra_args=extra_args,
-        )
-        log_path = self.log_dir / f"worker-{len(self.started)}.log"
-        worker = start_worker(
-            command, env=env or {}, log_path=log_path, ready_timeout=ready_timeout
-        )
-        self.started.append(worker)
-        return worker
-
-    def stop_all(self) -> None:
-        """Stop every worker started here (a warm shutdown, then the group is killed)."""
-        for worker in self.started:
-            # A warm shutdown gets TEARDOWN_GRACE seconds, then the group is killed.
-            # tests.worker_main wakes an idle worker's event loop on SIGTERM (kombu's hub
-            # would sleep up to 10 s with no timer due, an idle RabbitMQ worker), so it
-            # exits at once.
-            worker.stop(timeout=TEARDOWN_GRACE)
-
-
 @pytest.fixture
 def celery_worker_process(tmp_path: Path) -> Iterator[StartWorker]:
     """Factory: start real ``celery worker`` subprocesses; all are stopped at teardown.
@@ -253,41 +208,6 @@ def celery_worker_process(tmp_path: Path) -> Iterator[StartWorker]:
     starter = WorkerStarter(tmp_path)
     yield starter
     starter.stop_all()
-
-
-class SharedWorker:
-    """One worker at a time, kept across the tests of a module (starting one costs seconds).
-
-    :meth:`get` takes the arguments of ``celery_worker_process``: the same arguments as the
-    worker running now give that worker back; others stop it and start a new one. Tests that
-    share it dispatch and observe only (their own queue of the module, their own run count).
-    """
-
-    def __init__(self, log_dir: Path) -> None:
-        self._starter = WorkerStarter(log_dir)
-        self._key: tuple[object, ...] | None = None
-        self._worker: WorkerProcess | None = None
-
-    def get(self, app_module: str, **options: object) -> WorkerProcess:
-        """The running worker for these arguments, started (again) when needed."""
-        env = options.get("env") or {}
-        assert isinstance(env, Mapping)
-        key = (app_module, tuple(sorted(env.items())), tuple(sorted(
-            (name, value) for name, value in options.items() if name != "env"
-        )))  # fmt: skip
-        if self._worker is not None and (key != self._key or not self._worker.is_running()):
-            self._worker.stop(timeout=TEARDOWN_GRACE)
-            self._worker = None
-        if self._worker is None:
-            self._key = None
-            self._worker = self._starter(app_module, **options)  # type: ignore[arg-type]
-            self._key = key
-        return self._worker
-
-    def stop(self) -> None:
-        """Stop the worker (and any left from earlier :meth:`get` calls)."""
-        self._worker = None
-        self._starter.stop_all()
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,9 @@ from celery import Celery
 
 from celery_outbox.records import NewMessage
 from tests.brokers import purge_queue
-from tests.conftest import SharedWorker
 from tests.django.celery_app import RECORD, create_app, runs
 from tests.django.helpers import database_url
-from tests.worker import WorkerProcess, wait_for
+from tests.worker import SharedWorker, WorkerProcess, wait_for
 
 MessageFactory = Callable[..., NewMessage]
 

@@ -20,11 +20,10 @@ from celery_outbox.records import MessageStatus
 from celery_outbox.sweep_task import sweep_app
 from django_outbox.models import DeadLetter, OutboxMessage
 from tests.brokers import purge_queue
-from tests.conftest import SharedWorker
 from tests.django.conftest import close_app
 from tests.django.helpers import database_url, postgres_only
 from tests.django.retry_tasks import FLAKY_BACKOFF, attempts, create_retry_app
-from tests.worker import WorkerProcess, WorkerStartError, wait_for
+from tests.worker import SharedWorker, WorkerProcess, WorkerStartError, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]
 
