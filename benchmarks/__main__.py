@@ -28,12 +28,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--retries", type=int, default=20_000, help="pending long retries")
     parser.add_argument("--healthy", type=int, default=1500, help="healthy tasks per case")
     parser.add_argument("--latency-tasks", type=int, default=1000)
+    parser.add_argument("--warm-up", type=int, default=1000, help="retry memory warm-up tasks")
+    parser.add_argument("--failing", type=int, default=20, help="no blocking: failing tasks")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
     parser.add_argument("--json", type=Path, default=None, help="output (results/latest.json)")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.enqueue_tasks, args.rows = 1, 100, 300
         args.retries, args.healthy, args.latency_tasks = 100, 100, 30
+        args.warm_up, args.failing = 100, 4
     return args
 
 
@@ -46,9 +49,9 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     if name == "sweep":
         return sweep.run(rows=args.rows, rounds=args.rounds)
     if name == "retry_memory":
-        return retry_memory.run(retries=args.retries)
+        return retry_memory.run(retries=args.retries, warm_up=args.warm_up)
     if name == "no_blocking":
-        return no_blocking.run(healthy=args.healthy, rounds=args.rounds)
+        return no_blocking.run(healthy=args.healthy, rounds=args.rounds, failing=args.failing)
     if name == "latency":
         return latency.run(tasks=args.latency_tasks)
     return peer.run(rows=args.rows, rounds=max(1, min(args.rounds, 2)))

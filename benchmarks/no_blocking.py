@@ -26,16 +26,16 @@ from benchmarks.stats import median
 FAILING = 20
 
 
-def _case(kind: str, healthy: int) -> float:
+def _case(kind: str, healthy: int, failing: int = FAILING) -> float:
     from benchmarks.app import healthy as healthy_task
     from benchmarks.app import outbox_failing, sleep_retry
 
     env.purge_broker()
     if kind == "sleep":
-        for i in range(FAILING):
+        for i in range(failing):
             sleep_retry.apply_async((i,))
     elif kind == "outbox":
-        for i in range(FAILING):
+        for i in range(failing):
             outbox_failing.delay(i)
     started = time.perf_counter()
     for i in range(healthy):
@@ -44,29 +44,33 @@ def _case(kind: str, healthy: int) -> float:
         lambda: env.counter("healthy") >= healthy, timeout=600, what="healthy tasks", interval=0.01
     )
     elapsed = time.perf_counter() - started
-    _wait_failing_done(kind)
+    _wait_failing_done(kind, failing)
     return healthy / elapsed
 
 
-def _wait_failing_done(kind: str) -> None:
+def _wait_failing_done(kind: str, failing: int) -> None:
     # Let the failing tasks finish before the next case, so cases never overlap.
     if kind == "sleep":
         wait_until(
-            lambda: env.counter("failing_done") >= FAILING, timeout=600, what="the sleeping tasks"
+            lambda: env.counter("failing_done") >= failing, timeout=600, what="the sleeping tasks"
         )
     elif kind == "outbox":
         from benchmarks.app import FAILING_RETRIES
 
         wait_until(
-            lambda: env.counter("failing_attempts") >= FAILING * (FAILING_RETRIES + 1),
+            lambda: env.counter("failing_attempts") >= failing * (FAILING_RETRIES + 1),
             timeout=600,
             what="the failing tasks' retries",
         )
         time.sleep(0.5)  # the last attempts write their dead letters
 
 
-def run(*, healthy: int, rounds: int) -> list[dict[str, Any]]:
-    """Two result rows (sleep and outbox), as ratios to the no-failure throughput."""
+def run(*, healthy: int, rounds: int, failing: int = FAILING) -> list[dict[str, Any]]:
+    """Two result rows (sleep and outbox), as ratios to the no-failure throughput.
+
+    ``failing`` tasks back off in each case (``FAILING`` for a measurement; ``--quick``
+    uses fewer, as a harness check).
+    """
     env.reset_outbox()
     worker = start_worker(pool="prefork", concurrency=2)
     try:
@@ -74,7 +78,7 @@ def run(*, healthy: int, rounds: int) -> list[dict[str, Any]]:
         samples: dict[str, list[float]] = {"none": [], "sleep": [], "outbox": []}
         for _ in range(rounds):
             for kind in samples:
-                samples[kind].append(_case(kind, healthy))
+                samples[kind].append(_case(kind, healthy, failing))
     finally:
         worker.stop()
         env.purge_broker()
@@ -86,7 +90,7 @@ def run(*, healthy: int, rounds: int) -> list[dict[str, Any]]:
         rows.append(
             {
                 "benchmark": "no blocking",
-                "case": f"{FAILING} failing, {label}",
+                "case": f"{failing} failing, {label}",
                 "unit": "healthy tasks/s",
                 "tasks": healthy,
                 "rounds": rounds,

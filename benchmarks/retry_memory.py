@@ -67,16 +67,16 @@ def _settle(worker: Child, ran: int, *, timeout: float) -> int:
     return max(samples)
 
 
-def _side(plain: bool, retries: int) -> dict[str, float]:
+def _side(plain: bool, retries: int, warm_up: int) -> dict[str, float]:
     env.reset_outbox()
     env.purge_broker()
     worker = start_worker(pool="solo", concurrency=1, env={"BENCH_PREFETCH": "1"})
     try:
         table_before = _outbox_table_bytes()
-        _dispatch(plain, 0, WARM_UP)
-        before = _settle(worker, WARM_UP, timeout=120)
-        _dispatch(plain, WARM_UP, retries)
-        after = _settle(worker, WARM_UP + retries, timeout=60 + retries * 0.05)
+        _dispatch(plain, 0, warm_up)
+        before = _settle(worker, warm_up, timeout=120)
+        _dispatch(plain, warm_up, retries)
+        after = _settle(worker, warm_up + retries, timeout=60 + retries * 0.05)
         rows = _parked_rows()
         result = {
             "rss_before": before,
@@ -85,8 +85,8 @@ def _side(plain: bool, retries: int) -> dict[str, float]:
             "parked_rows": rows,
         }
         if not plain:
-            if rows != WARM_UP + retries:
-                raise RuntimeError(f"{rows} parked rows, expected {WARM_UP + retries}")
+            if rows != warm_up + retries:
+                raise RuntimeError(f"{rows} parked rows, expected {warm_up + retries}")
             result["db_bytes_per_row"] = (_outbox_table_bytes() - table_before) / rows
         return result
     finally:
@@ -101,10 +101,14 @@ def _parked_rows() -> int:
     return int(OutboxMessage.objects.filter(status="pending").count())
 
 
-def run(*, retries: int) -> list[dict[str, Any]]:
-    """One result row: worker bytes per pending retry, plain ETA vs parked."""
-    plain = _side(True, retries)
-    ours = _side(False, retries)
+def run(*, retries: int, warm_up: int = WARM_UP) -> list[dict[str, Any]]:
+    """One result row: worker bytes per pending retry, plain ETA vs parked.
+
+    ``warm_up`` tasks run before the baseline (``WARM_UP`` for a measurement; ``--quick``
+    runs fewer, as a harness check).
+    """
+    plain = _side(True, retries, warm_up)
+    ours = _side(False, retries, warm_up)
     return [
         {
             "benchmark": "retry memory",

@@ -32,3 +32,15 @@ def delete_queue(broker_url: str, name: str) -> None:
         queue.declare()
         queue.delete()
         queue.exchange.delete()
+
+
+def purge_queue(broker_url: str, name: str) -> int:
+    """Remove the messages waiting in queue ``name`` (declared first); how many there were.
+
+    Messages a consumer already holds are not touched.
+    """
+    with Connection(broker_url, connect_timeout=PROBE_TIMEOUT) as conn:
+        conn.ensure_connection(max_retries=1)
+        queue = celery_queue(name)(conn.default_channel)
+        queue.declare()
+        return int(queue.purge() or 0)

@@ -7,14 +7,14 @@ Service fixtures skip their test when the service does not answer, or fail it wh
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import services
 from tests.brokers import MEMORY_BROKER_URL, delete_queue, new_queue_name
-from tests.worker import Pool, WorkerCommand, WorkerProcess, start_worker
+from tests.worker import SharedWorker, WorkerProcess, WorkerStarter
 
 #: Fixture name -> the marker a test using it gets (fixture closures count too).
 FIXTURE_MARKERS: dict[str, str] = {
@@ -26,9 +26,6 @@ FIXTURE_MARKERS: dict[str, str] = {
 
 #: pytest-django fixtures that need the Django test database.
 DJANGO_DB_FIXTURES = frozenset({"db", "transactional_db", "django_db_setup", "live_server"})
-
-#: Seconds a worker gets to finish a warm shutdown at teardown before its group is killed.
-TEARDOWN_GRACE = 2.0
 
 #: Plugin name -> the ini keys pyproject sets for it, accepted (and unused) without it.
 OPTIONAL_PLUGIN_INI_KEYS: dict[str, tuple[str, ...]] = {
@@ -208,35 +205,22 @@ def celery_worker_process(tmp_path: Path) -> Iterator[StartWorker]:
     ``env`` is added to this process's environment, so the app module can read its broker,
     database and queue from it.
     """
-    started: list[WorkerProcess] = []
+    starter = WorkerStarter(tmp_path)
+    yield starter
+    starter.stop_all()
 
-    def start(
-        app_module: str,
-        *,
-        queue: str,
-        env: Mapping[str, str] | None = None,
-        pool: Pool = "solo",
-        concurrency: int = 1,
-        ready_timeout: float = 60.0,
-        extra_args: tuple[str, ...] = (),
-    ) -> WorkerProcess:
-        command = WorkerCommand(
-            app_module=app_module,
-            queue=queue,
-            pool=pool,
-            concurrency=concurrency,
-            extra_args=extra_args,
-        )
-        log_path = tmp_path / f"worker-{len(started)}.log"
-        worker = start_worker(
-            command, env=env or {}, log_path=log_path, ready_timeout=ready_timeout
-        )
-        started.append(worker)
-        return worker
 
-    yield start
-    for worker in started:
-        # The test is over: a warm shutdown gets TEARDOWN_GRACE seconds, then the group is killed.
-        # An idle RabbitMQ worker only notices SIGTERM when its event loop next wakes (kombu's hub
-        # sleeps up to 10 s with no timer due), which cost every AMQP test ~10 s of teardown.
-        worker.stop(timeout=TEARDOWN_GRACE)
+@pytest.fixture(scope="module")
+def shared_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedWorker]:
+    """A :class:`SharedWorker` of this module (stopped after its last test)."""
+    shared = SharedWorker(tmp_path_factory.mktemp("shared-worker"))
+    yield shared
+    shared.stop()
+
+
+@pytest.fixture(scope="module")
+def module_broker_queue(broker_url: str) -> Iterator[str]:
+    """A queue of this module on ``broker_url`` (for a :func:`shared_worker`), deleted after."""
+    name = new_queue_name()
+    yield name
+    delete_queue(broker_url, name)

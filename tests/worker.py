@@ -27,6 +27,9 @@ READY_LINE = re.compile(r"\] \S+@\S+ ready\.")
 
 Pool = Literal["solo", "prefork", "threads"]
 
+#: Seconds a worker gets to finish a warm shutdown at teardown before its group is killed.
+TEARDOWN_GRACE = 2.0
+
 
 class WorkerStartError(RuntimeError):
     """The worker exited or did not log that it was ready in time; the message has its log."""
@@ -45,7 +48,11 @@ def wait_for(
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerCommand:
-    """What to run: ``python -m celery -A app_module worker`` with these options."""
+    """What to run: ``python -m tests.worker_main -A app_module worker`` with these options.
+
+    :mod:`tests.worker_main` is the ``celery`` command whose idle workers stop at once on
+    SIGTERM (see there).
+    """
 
     app_module: str
     queue: str
@@ -58,7 +65,7 @@ class WorkerCommand:
     def argv(self) -> list[str]:
         """The full command line."""
         return [
-            sys.executable, "-m", "celery", "-A", self.app_module, "worker",
+            sys.executable, "-m", "tests.worker_main", "-A", self.app_module, "worker",
             f"--pool={self.pool}", "-c", str(self.concurrency), "-Q", self.queue,
             "-n", self.nodename, "--without-heartbeat", "--without-gossip",
             "--without-mingle", "-l", self.loglevel, *self.extra_args,
@@ -199,3 +206,80 @@ def _spawn(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+
+class WorkerStarter:
+    """Starts real ``celery worker`` subprocesses, logging under ``log_dir``; stops them all."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[WorkerProcess] = []
+
+    def __call__(
+        self,
+        app_module: str,
+        *,
+        queue: str,
+        env: Mapping[str, str] | None = None,
+        pool: Pool = "solo",
+        concurrency: int = 1,
+        ready_timeout: float = 60.0,
+        extra_args: tuple[str, ...] = (),
+    ) -> WorkerProcess:
+        command = WorkerCommand(
+            app_module=app_module,
+            queue=queue,
+            pool=pool,
+            concurrency=concurrency,
+            extra_args=extra_args,
+        )
+        log_path = self.log_dir / f"worker-{len(self.started)}.log"
+        worker = start_worker(
+            command, env=env or {}, log_path=log_path, ready_timeout=ready_timeout
+        )
+        self.started.append(worker)
+        return worker
+
+    def stop_all(self) -> None:
+        """Stop every worker started here (a warm shutdown, then the group is killed)."""
+        for worker in self.started:
+            # A warm shutdown gets TEARDOWN_GRACE seconds, then the group is killed.
+            # tests.worker_main wakes an idle worker's event loop on SIGTERM (kombu's hub
+            # would sleep up to 10 s with no timer due, an idle RabbitMQ worker), so it
+            # exits at once.
+            worker.stop(timeout=TEARDOWN_GRACE)
+
+
+class SharedWorker:
+    """One worker at a time, kept across the tests of a module (starting one costs seconds).
+
+    :meth:`get` takes the arguments of ``celery_worker_process``: the same arguments as the
+    worker running now give that worker back; others stop it and start a new one. Tests that
+    share it dispatch and observe only (their own queue of the module, their own run count).
+    """
+
+    def __init__(self, log_dir: Path) -> None:
+        self._starter = WorkerStarter(log_dir)
+        self._key: tuple[object, ...] | None = None
+        self._worker: WorkerProcess | None = None
+
+    def get(self, app_module: str, **options: object) -> WorkerProcess:
+        """The running worker for these arguments, started (again) when needed."""
+        env = options.get("env") or {}
+        assert isinstance(env, Mapping)
+        key = (app_module, tuple(sorted(env.items())), tuple(sorted(
+            (name, value) for name, value in options.items() if name != "env"
+        )))  # fmt: skip
+        if self._worker is not None and (key != self._key or not self._worker.is_running()):
+            self._worker.stop(timeout=TEARDOWN_GRACE)
+            self._worker = None
+        if self._worker is None:
+            self._key = None
+            self._worker = self._starter(app_module, **options)  # type: ignore[arg-type]
+            self._key = key
+        return self._worker
+
+    def stop(self) -> None:
+        """Stop the worker (and any left from earlier :meth:`get` calls)."""
+        self._worker = None
+        self._starter.stop_all()

@@ -16,9 +16,10 @@ import pytest
 from celery import Celery
 
 from celery_outbox.records import NewMessage
+from tests.brokers import purge_queue
 from tests.django.celery_app import RECORD, create_app, runs
 from tests.django.helpers import database_url
-from tests.worker import WorkerProcess, wait_for
+from tests.worker import SharedWorker, WorkerProcess, wait_for
 
 MessageFactory = Callable[..., NewMessage]
 
@@ -66,6 +67,8 @@ class World:
     queue: str
     output: Path
     env: dict[str, str]
+    #: Runs in :attr:`output` before this test (the file is the module's, like the worker).
+    since: int = 0
 
     @property
     def record(self) -> Any:
@@ -73,8 +76,8 @@ class World:
         return self.app.tasks[RECORD]
 
     def runs(self) -> list[dict[str, Any]]:
-        """What the worker ran so far."""
-        return runs(self.output)
+        """What the worker ran so far in this test."""
+        return runs(self.output)[self.since :]
 
     def wait_for_runs(self, count: int, *, timeout: float = 20.0) -> list[dict[str, Any]]:
         """Wait until at least ``count`` runs are recorded; return all of them."""
@@ -84,17 +87,33 @@ class World:
         return self.runs()
 
 
+@pytest.fixture(scope="module")
+def world_output(broker_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The file the module's workers on ``broker_url`` record their runs in."""
+    return tmp_path_factory.mktemp("runs") / "runs.jsonl"
+
+
 @pytest.fixture
-def world(broker_url: str, broker_queue: str, tmp_path: Path) -> Iterator[World]:
-    """An app on the real broker (Redis, then RabbitMQ) with a queue of this test's own."""
-    output = tmp_path / "runs.jsonl"
-    app = create_app(broker_url, broker_queue)
+def world(request: pytest.FixtureRequest, broker_url: str, world_output: Path) -> Iterator[World]:
+    """An app on the real broker (Redis, then RabbitMQ) and its queue.
+
+    A test that starts a worker (:func:`start_worker`) gets the module's queue, which the
+    module's worker consumes across tests: such tests drain what they dispatched. Any other
+    test gets a queue of its own, deleted afterwards. Runs are counted from this test on.
+    """
+    if "start_worker" in request.fixturenames:
+        queue = str(request.getfixturevalue("module_broker_queue"))
+        purge_queue(broker_url, queue)  # nothing an earlier test left reaches this one
+    else:
+        queue = str(request.getfixturevalue("broker_queue"))
+    app = create_app(broker_url, queue)
     env = {
         "OUTBOX_TEST_BROKER": broker_url,
-        "OUTBOX_TEST_QUEUE": broker_queue,
-        "OUTBOX_TEST_OUTPUT": str(output),
+        "OUTBOX_TEST_QUEUE": queue,
+        "OUTBOX_TEST_OUTPUT": str(world_output),
     }
-    yield World(app=app, queue=broker_queue, output=output, env=env)
+    since = len(runs(world_output))
+    yield World(app=app, queue=queue, output=world_output, env=env, since=since)
     close_app(app)
 
 
@@ -107,13 +126,15 @@ def close_app(app: Celery) -> None:
 
 
 @pytest.fixture
-def start_worker(
-    celery_worker_process: Callable[..., WorkerProcess], world: World
-) -> Callable[..., WorkerProcess]:
-    """Start a real worker of :func:`world`'s app on the current test database."""
+def start_worker(shared_worker: SharedWorker, world: World) -> Callable[..., WorkerProcess]:
+    """A real worker of :func:`world`'s app on the current test database.
+
+    The module's worker when one runs with the same environment (``start(**env)`` adds to
+    it), else a new one in its place: starting a worker costs seconds.
+    """
 
     def start(**env: str) -> WorkerProcess:
-        return celery_worker_process(
+        return shared_worker.get(
             "tests.django.worker_app",
             queue=world.queue,
             env={**world.env, "OUTBOX_DJANGO_DB_URL": database_url(), **env},

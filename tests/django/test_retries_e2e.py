@@ -19,10 +19,11 @@ from celery_outbox.exceptions import OutboxConfigError
 from celery_outbox.records import MessageStatus
 from celery_outbox.sweep_task import sweep_app
 from django_outbox.models import DeadLetter, OutboxMessage
+from tests.brokers import purge_queue
 from tests.django.conftest import close_app
 from tests.django.helpers import database_url, postgres_only
 from tests.django.retry_tasks import FLAKY_BACKOFF, attempts, create_retry_app
-from tests.worker import WorkerProcess, WorkerStartError, wait_for
+from tests.worker import SharedWorker, WorkerProcess, WorkerStartError, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]
 
@@ -36,9 +37,12 @@ class Run:
     output: Path
     env: dict[str, str]
     start: Callable[..., WorkerProcess]
+    #: Attempts in :attr:`output` before this test (the file is the module's, like the worker).
+    since: int = 0
 
     def attempts(self, task: str | None = None) -> list[dict[str, Any]]:
-        return [a for a in attempts(self.output) if task is None or a["task"] == task]
+        mine = attempts(self.output)[self.since :]
+        return [a for a in mine if task is None or a["task"] == task]
 
     def wait_attempts(self, task: str, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
         wait_for(
@@ -49,33 +53,50 @@ class Run:
         return self.attempts(task)
 
 
+@pytest.fixture(scope="module")
+def attempts_output(broker_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the module's workers on ``broker_url`` log attempts."""
+    return tmp_path_factory.mktemp("attempts") / "attempts.jsonl"
+
+
 @pytest.fixture
 def run(
     broker_url: str,
-    broker_queue: str,
-    tmp_path: Path,
-    celery_worker_process: Callable[..., WorkerProcess],
+    module_broker_queue: str,
+    attempts_output: Path,
+    shared_worker: SharedWorker,
 ) -> Iterator[Run]:
-    output = tmp_path / "attempts.jsonl"
+    # One worker per module and broker while the tests ask for the same settings (each
+    # waits for the outcome of what it dispatched); other settings get a new worker. What
+    # a test dispatched with no worker running is purged, never left to the next test.
+    purge_queue(broker_url, module_broker_queue)
     base_env = {
         "OUTBOX_TEST_BROKER": broker_url,
-        "OUTBOX_TEST_QUEUE": broker_queue,
-        "OUTBOX_TEST_OUTPUT": str(output),
+        "OUTBOX_TEST_QUEUE": module_broker_queue,
+        "OUTBOX_TEST_OUTPUT": str(attempts_output),
         "OUTBOX_DJANGO_DB_URL": database_url(),
     }
-    app = create_retry_app(broker_url, broker_queue)
+    app = create_retry_app(broker_url, module_broker_queue)
 
     def start(
         conf: dict[str, Any] | None = None, *, env: dict[str, str] | None = None, **options: Any
     ) -> WorkerProcess:
-        return celery_worker_process(
+        return shared_worker.get(
             "tests.django.retry_worker",
-            queue=broker_queue,
+            queue=module_broker_queue,
             env={**base_env, "OUTBOX_TEST_CONF": json.dumps(conf or {}), **(env or {})},
             **options,
         )
 
-    yield Run(app=app, queue=broker_queue, output=output, env=base_env, start=start)
+    since = len(attempts(attempts_output))
+    yield Run(
+        app=app,
+        queue=module_broker_queue,
+        output=attempts_output,
+        env=base_env,
+        start=start,
+        since=since,
+    )
     close_app(app)
 
 

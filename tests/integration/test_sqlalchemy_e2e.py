@@ -25,7 +25,8 @@ from celery_outbox.config import OutboxConfig
 from celery_outbox.registry import relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table
 from celery_outbox.sweeper import Sweeper
-from tests.conftest import StartWorker
+from tests import services
+from tests.brokers import purge_queue
 from tests.integration.sqlalchemy_app import (
     ALWAYS_FAILS,
     RECORD,
@@ -33,7 +34,7 @@ from tests.integration.sqlalchemy_app import (
     orders,
     runs,
 )
-from tests.worker import wait_for
+from tests.worker import SharedWorker, wait_for
 
 APP_MODULE = "tests.integration.sqlalchemy_app"
 
@@ -44,6 +45,8 @@ class World:
     engine: Engine
     store: SQLAlchemyOutboxStore
     output: Path
+    #: Runs in :attr:`output` before this test (the file is the module's, like the worker).
+    since: int = 0
 
     def dispatch(self, order_id: int, *, commit: bool = True) -> str:
         """Write an order and dispatch ``record`` for it in one session transaction."""
@@ -57,29 +60,46 @@ class World:
         return str(task_id)
 
     def runs(self) -> list[dict[str, Any]]:
-        return runs(self.output)
+        return runs(self.output)[self.since :]
+
+
+@pytest.fixture(scope="module")
+def module_database_url(postgres_url: str, broker_url: str) -> Iterator[str]:
+    """A fresh PostgreSQL database per module and broker (the tests' orders are distinct)."""
+    name = services.unique_name("outbox_test_")
+    services.create_postgres_database(postgres_url, name)
+    yield services.with_db_name(postgres_url, name)
+    services.drop_postgres_database(postgres_url, name)
+
+
+@pytest.fixture(scope="module")
+def runs_output(broker_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the module's worker on ``broker_url`` records its runs."""
+    return tmp_path_factory.mktemp("runs") / "runs.jsonl"
 
 
 @pytest.fixture
 def world(
-    postgres_database_url: str,
+    module_database_url: str,
     broker_url: str,
-    broker_queue: str,
-    tmp_path: Path,
-    celery_worker_process: StartWorker,
+    module_broker_queue: str,
+    runs_output: Path,
+    shared_worker: SharedWorker,
 ) -> Iterator[World]:
-    database = make_url(postgres_database_url).set(drivername="postgresql+psycopg")
+    # One database, queue and worker per module and broker: the tests use distinct orders
+    # and each waits for what it dispatched; runs are counted from each test on.
+    database = make_url(module_database_url).set(drivername="postgresql+psycopg")
     url = database.render_as_string(hide_password=False)
-    output = tmp_path / "runs.jsonl"
-    app, engine, store = create_app(broker_url, broker_queue, url)
+    purge_queue(broker_url, module_broker_queue)
+    app, engine, store = create_app(broker_url, module_broker_queue, url)
     env = {
         "OUTBOX_TEST_BROKER": broker_url,
-        "OUTBOX_TEST_QUEUE": broker_queue,
+        "OUTBOX_TEST_QUEUE": module_broker_queue,
         "OUTBOX_TEST_DATABASE": url,
-        "OUTBOX_TEST_OUTPUT": str(output),
+        "OUTBOX_TEST_OUTPUT": str(runs_output),
     }
-    celery_worker_process(APP_MODULE, queue=broker_queue, env=env)
-    yield World(app, engine, store, output)
+    shared_worker.get(APP_MODULE, queue=module_broker_queue, env=env)
+    yield World(app, engine, store, runs_output, since=len(runs(runs_output)))
     relay_for(app).close()
     app.close()
     engine.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from tests.conftest import StartWorker
@@ -55,3 +56,20 @@ def test_worker_stop_is_a_warm_shutdown(
 
     assert status == 0, worker.log_text()
     assert worker.group_pids() == []
+
+
+def test_an_idle_worker_stops_warm_at_once(
+    celery_worker_process: StartWorker, broker_url: str, broker_queue: str, tmp_path: Path
+) -> None:
+    # tests.worker_main wakes the event loop on SIGTERM: an idle RabbitMQ worker's hub
+    # would otherwise sleep up to 10 s before it saw the signal.
+    env = {"OUTBOX_TEST_BROKER": broker_url, "OUTBOX_TEST_QUEUE": broker_queue}
+    env["OUTBOX_TEST_OUTPUT"] = str(tmp_path / "lines.txt")
+    worker = celery_worker_process("tests.integration.plain_app", queue=broker_queue, env=env)
+    time.sleep(1.0)  # idle: nothing is due in its event loop
+
+    started = time.monotonic()
+    status = worker.stop(timeout=20)
+
+    assert status == 0, worker.log_text()
+    assert time.monotonic() - started < 5.0
