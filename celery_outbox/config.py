@@ -32,6 +32,7 @@ DEFAULTS: Mapping[str, Any] = {
     "outbox_beat_schedule": True,
     "outbox_max_payload_bytes": 4 * 1024 * 1024,
     "outbox_publish_timeout": 1.0,
+    "outbox_keep_completed": 7 * 24 * 3600.0,
 }
 
 
@@ -53,6 +54,8 @@ RULES: Mapping[str, Rule] = {
     "outbox_beat_schedule": Flag(),
     "outbox_max_payload_bytes": Count(minimum=1, maximum=1024**3, unit="bytes", none=True),
     "outbox_publish_timeout": Seconds(minimum=0.01, maximum=300.0),
+    # A duplicate arriving after this window runs again: keep it longer than any redelivery.
+    "outbox_keep_completed": Seconds(minimum=1.0, maximum=3650 * DAY),
 }
 
 
@@ -94,6 +97,8 @@ class OutboxConfig:
     max_payload_bytes: int | None
     #: Seconds one publish may wait for the broker before the row is left to the sweeper.
     publish_timeout: timedelta
+    #: How long ``CompletedTask`` rows of atomic tasks are kept (the duplicate window).
+    keep_completed: timedelta
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, Any]) -> OutboxConfig:

@@ -62,3 +62,11 @@ class OutboxRetry(OutboxError):
     def __init__(self, message: str | None = None, *, delay: timedelta | None = None) -> None:
         super().__init__(message)
         self.delay = delay
+
+
+class AtomicUnsupported(OutboxConfigError):
+    """An atomic task cannot run on this store or database alias."""
+
+
+class UnstorableResult(OutboxError, TypeError):
+    """An atomic task returned a value its serializer cannot store in CompletedTask.result."""

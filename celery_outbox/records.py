@@ -14,6 +14,8 @@ OUTBOX_TABLE = "celery_outbox_message"
 DEAD_LETTER_TABLE = "celery_outbox_deadletter"
 #: Name of the table counting redeliveries of task messages (one row per redelivered task).
 DELIVERY_TABLE = "celery_outbox_delivery"
+#: Name of the table of atomic tasks that committed (one row per task id).
+COMPLETED_TABLE = "celery_outbox_completedtask"
 #: Longest task id the tables hold (``task_id`` columns).
 TASK_ID_MAX_LENGTH = 255
 #: Longest task name the tables hold (``task_name`` columns).
@@ -135,3 +137,17 @@ class StoredDeadLetter(NewDeadLetter):
     requeued_at: datetime | None = None
     requeued_by: str = ""
     requeued_task_id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredCompletion:
+    """An atomic task that committed: its ``CompletedTask`` row.
+
+    ``result`` is the return value serialised with the task's serializer
+    (:mod:`celery_outbox.worker.atomic`), ``None`` when the task returned ``None``.
+    """
+
+    task_id: str
+    task_name: str
+    completed_at: datetime
+    result: str | None = None

@@ -15,3 +15,8 @@ task_dead_lettered = Signal(
 dead_letter_requeued = Signal(
     name="outbox_dead_letter_requeued", providing_args=["letter_id", "task_id", "by"]
 )
+#: Sent when an atomic task's duplicate delivery was skipped without running: ``sender`` is
+#: the task, ``task_id`` and ``completed_at`` (when the first run committed) are given.
+task_duplicate_skipped = Signal(
+    name="outbox_task_duplicate_skipped", providing_args=["task_id", "completed_at"]
+)

@@ -14,6 +14,7 @@ import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
 
+from celery_outbox.completions import CompletionStore
 from celery_outbox.records import (
     Claim,
     MessageStatus,
@@ -70,13 +71,13 @@ def publisher_key(publish: PublishCallback) -> Hashable:
     return publish
 
 
-class OutboxStore(abc.ABC):
+class OutboxStore(CompletionStore, abc.ABC):
     """Where outbox rows and dead letters live.
 
     Every method taking ``using`` accepts a database alias (Django) or ``None`` for the
     store's default; stores with a single database ignore it. Datetimes are aware UTC.
     Driver errors are raised as :class:`~celery_outbox.exceptions.StoreError` with the
-    cause chained.
+    cause chained. Atomic tasks: :class:`~celery_outbox.completions.CompletionStore`.
     """
 
     # -- dispatch ---------------------------------------------------------------

@@ -43,7 +43,8 @@ class SweepReport:
     undecodable payload). ``more`` is true when the time budget ran out with due rows
     left (a sweep that finds the broker unreachable stops without it: the rows it
     claimed are rescheduled, the others wait for the next sweep). ``purged`` published
-    rows outlived ``outbox_keep_published`` and were deleted.
+    rows outlived ``outbox_keep_published`` and were deleted, ``purged_completed``
+    ``CompletedTask`` rows outlived ``outbox_keep_completed``.
     """
 
     published: int = 0
@@ -52,6 +53,7 @@ class SweepReport:
     batches: int = 0
     more: bool = False
     purged: int = 0
+    purged_completed: int = 0
 
     def __add__(self, other: SweepReport) -> SweepReport:
         return SweepReport(
@@ -61,6 +63,7 @@ class SweepReport:
             batches=self.batches + other.batches,
             more=self.more or other.more,
             purged=self.purged + other.purged,
+            purged_completed=self.purged_completed + other.purged_completed,
         )
 
     def as_dict(self) -> dict[str, int | bool]:
@@ -72,6 +75,7 @@ class SweepReport:
             "batches": self.batches,
             "more": self.more,
             "purged": self.purged,
+            "purged_completed": self.purged_completed,
         }
 
 
@@ -140,7 +144,7 @@ class Sweeper:
         """:meth:`sweep` each of ``aliases`` (default: ``store.sweep_aliases()``)."""
         report = SweepReport()
         for alias in self.store.sweep_aliases() if aliases is None else aliases:
-            report += self.sweep(alias) + self.purge_expired(alias)
+            report += self.sweep(alias) + self.purge_expired(alias) + self.purge_completed(alias)
         return report
 
     def purge_expired(self, using: str | None = None) -> SweepReport:
@@ -159,6 +163,16 @@ class Sweeper:
             using=using,
         )
         return SweepReport(purged=purged)
+
+    def purge_completed(self, using: str | None = None) -> SweepReport:
+        """Delete one batch of ``CompletedTask`` rows older than ``outbox_keep_completed``
+        (a duplicate of such a task that arrives later runs again)."""
+        purged = self.store.purge_completed(
+            older_than=self.clock() - self.config.keep_completed,
+            limit=self.config.sweep_batch_size,
+            using=using,
+        )
+        return SweepReport(purged_completed=purged)
 
     def _claim(self, using: str | None) -> Claim:
         now = self.clock()

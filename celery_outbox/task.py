@@ -15,12 +15,13 @@ from kombu.utils.uuid import uuid
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message, serialise_body
-from celery_outbox.exceptions import RetriesExhausted
+from celery_outbox.exceptions import AtomicUnsupported, RetriesExhausted
 from celery_outbox.limits import check_argument_depth
 from celery_outbox.records import StoredMessage
 from celery_outbox.registry import relay_for, store_for
+from celery_outbox.worker import atomic as atomic_runs
 from celery_outbox.worker import runner
-from celery_outbox.worker.attempt import attempt_from_request
+from celery_outbox.worker.attempt import USING_HEADER, attempt_from_request
 from celery_outbox.worker.options import check_tasks, checked_options
 
 if TYPE_CHECKING:
@@ -56,6 +57,11 @@ class OutboxTask(_TaskBase):
     retry_backoff_max: float = 300.0
     #: Seconds after the first failure when retrying stops (``None``: no deadline).
     retry_max_elapsed: float | None = None
+    #: Exactly-once effects in the database: the body, its dispatches and a
+    #: ``CompletedTask`` row commit in one transaction; a duplicate delivery is skipped.
+    atomic: bool = False
+    #: Database alias of an atomic task dispatched without ``using=`` (``None``: default).
+    atomic_using: str | None = None
     #: Celery wraps ``run`` for autoretry unless this attribute exists; OutboxTask
     #: retries in ``__call__`` instead (windows, parking, dead letters), never in ``run``.
     _orig_run = None
@@ -75,12 +81,18 @@ class OutboxTask(_TaskBase):
             return super().__call__(*args, **kwargs)
         if request.is_eager:
             return self.run(*args, **kwargs)
-        return runner.run_attempt(
-            self,
-            attempt_from_request(self, request),
-            lambda: self.run(*args, **kwargs),
-            rng=self.rng,
-        )
+        attempt = attempt_from_request(self, request)
+
+        def call() -> Any:
+            return self.run(*args, **kwargs)
+
+        if atomic_runs.is_atomic(self):
+            body = call
+
+            def call() -> Any:
+                return atomic_runs.run_once(self, attempt, body)
+
+        return runner.run_attempt(self, attempt, call, rng=self.rng)
 
     def retry(
         self,
@@ -155,8 +167,11 @@ class OutboxTask(_TaskBase):
         app = self.app
         config = OutboxConfig.from_celery(app)
         checked_options(self)
+        atomic_runs.check_atomic(self, using)
         task_id = task_id or uuid()
         options = dict(options, link=link, link_error=link_error, shadow=shadow)
+        if using is not None:  # an atomic task runs in the database it was dispatched with
+            options["headers"] = {**(options.get("headers") or {}), USING_HEADER: using}
         if app.conf.task_always_eager:
             return self._apply_on_commit(args, kwargs, task_id, options, using, config)
         now = utcnow()
@@ -235,8 +250,19 @@ def check_app(app: Celery) -> None:
     ------
     OutboxConfigError
         One message listing each task whose options are not accepted.
+    AtomicUnsupported
+        One message listing each atomic task its store or database cannot run.
     """
-    check_tasks(app, [task for task in app.tasks.values() if isinstance(task, OutboxTask)])
+    tasks = [task for task in app.tasks.values() if isinstance(task, OutboxTask)]
+    check_tasks(app, tasks)
+    problems = []
+    for task in tasks:
+        try:
+            atomic_runs.check_atomic(task)
+        except AtomicUnsupported as exc:
+            problems.append(str(exc))
+    if problems:
+        raise AtomicUnsupported("\n".join(problems))
 
 
 class TaskOptionsCheck(bootsteps.Step):

@@ -16,12 +16,14 @@ from dataclasses import replace
 from datetime import datetime
 
 from celery_outbox.clock import Clock, utcnow
+from celery_outbox.memory_completions import MemoryCompletions
 from celery_outbox.memory_letters import MemoryDeadLetters
 from celery_outbox.memory_transactions import MemoryTransactions
 from celery_outbox.records import (
     Claim,
     MessageStatus,
     NewMessage,
+    StoredCompletion,
     StoredDeadLetter,
     StoredMessage,
 )
@@ -29,18 +31,26 @@ from celery_outbox.rows import message_columns, stored_message
 from celery_outbox.storage import PublishCallback, gives_up, within_budget
 
 
-class InMemoryOutboxStore(MemoryDeadLetters):
-    """Outbox rows and dead letters in dictionaries, with transactions and savepoints."""
+class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters):
+    """Outbox rows, dead letters and completed atomic tasks in dictionaries, with
+    transactions and savepoints."""
 
     def __init__(self, *, clock: Clock = utcnow) -> None:
         self.clock = clock
         self.rows: dict[int, StoredMessage] = {}
         self.letters: dict[int, StoredDeadLetter] = {}
         self.deliveries: dict[str, int] = {}
+        self.completions: dict[str, StoredCompletion] = {}
+        self._running: set[str] = set()
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
+        self._released = threading.Condition(self._lock)
         self._transactions = MemoryTransactions(
-            snapshot=lambda: (copy.copy(self.rows), copy.copy(self.letters)),
+            snapshot=lambda: (
+                copy.copy(self.rows),
+                copy.copy(self.letters),
+                copy.copy(self.completions),
+            ),
             restore=self._restore,
             lock=self._lock,
         )
@@ -51,9 +61,12 @@ class InMemoryOutboxStore(MemoryDeadLetters):
         return self._transactions.atomic()
 
     def _restore(
-        self, snapshot: tuple[dict[int, StoredMessage], dict[int, StoredDeadLetter]]
+        self,
+        snapshot: tuple[
+            dict[int, StoredMessage], dict[int, StoredDeadLetter], dict[str, StoredCompletion]
+        ],
     ) -> None:
-        self.rows, self.letters = snapshot
+        self.rows, self.letters, self.completions = snapshot
 
     def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
         self._transactions.on_commit(callback)

@@ -16,6 +16,8 @@ from celery_outbox.exceptions import OutboxConfigError
 FIRST_FAILED_HEADER = "outbox_first_failed_at"
 #: Message header counting how often a message was put back because the store failed.
 REQUEUES_HEADER = "outbox_requeues"
+#: Message header naming the database alias a task was dispatched with (``using=``).
+USING_HEADER = "outbox_using"
 #: ``apply_async`` options of the request that a message sent again sets anew.
 _RESENT_ANEW = ("task_id", "eta", "countdown", "retries")
 
@@ -26,7 +28,8 @@ class Attempt:
 
     ``options`` are the ``apply_async`` options that send this message again (routing,
     headers, links, limits), without its task id, ETA and retry count.
-    ``first_failed_at`` is ``None`` until the task failed once.
+    ``first_failed_at`` is ``None`` until the task failed once. ``using`` is the
+    database alias the task was dispatched with, ``None`` for the store's default.
     """
 
     task_name: str
@@ -38,6 +41,7 @@ class Attempt:
     requeues: int = 0
     delivery_info: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
+    using: str | None = None
 
     @property
     def redelivered(self) -> bool:
@@ -119,7 +123,12 @@ def attempt_from_request(task: Task[Any, Any], request: Any) -> Attempt:
         requeues=int(getattr(request, REQUEUES_HEADER, 0) or 0),
         delivery_info=dict(request.delivery_info or {}),
         options=options,
+        using=_text(getattr(request, USING_HEADER, None)),
     )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _first_failed_at(value: Any) -> datetime | None:

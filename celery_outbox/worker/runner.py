@@ -34,10 +34,21 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class _Run:
-    """The attempt running in this context; ``handled`` once its failure was handled."""
+    """The attempt running in this context; ``handled`` once its failure was handled;
+    ``deferring`` while its body runs inside an atomic task's transaction."""
 
     attempt: Attempt
     handled: bool = False
+    deferring: bool = False
+
+
+class DeferredRetry(Retry):
+    """``retry()`` called inside an atomic task's transaction: carried out by the runner
+    once that transaction rolled back, so the retry is not rolled back with it."""
+
+    def __init__(self, perform: Callable[[], Exception]) -> None:
+        super().__init__("retry deferred until the atomic transaction rolled back")
+        self.perform = perform
 
 
 _running: ContextVar[_Run | None] = ContextVar("celery_outbox_attempt", default=None)
@@ -85,6 +96,22 @@ def retry(
     """
     run = _running.get()
     if run is not None and run.attempt is attempt:
+        if run.deferring:
+            run.deferring = False
+            return DeferredRetry(
+                lambda: retry(
+                    task,
+                    attempt,
+                    exc,
+                    rng=rng,
+                    args=args,
+                    kwargs=kwargs,
+                    countdown=countdown,
+                    eta=eta,
+                    max_retries=max_retries,
+                    overrides=overrides,
+                )
+            )
         run.handled = True
     return after_failure(
         task,
@@ -107,9 +134,26 @@ def running_attempt() -> Attempt | None:
     return None if run is None else run.attempt
 
 
+@contextmanager
+def deferring_retries() -> Iterator[None]:
+    """Within this block (an atomic task's transaction), ``retry()`` returns a
+    :class:`DeferredRetry` instead of writing its retry."""
+    run = _running.get()
+    if run is None:
+        yield
+        return
+    run.deferring = True
+    try:
+        yield
+    finally:
+        run.deferring = False
+
+
 def _run(task: Task[Any, Any], run: _Run, call: Callable[[], Any], rng: random.Random) -> Any:
     try:
         return call()
+    except DeferredRetry as deferred:  # the transaction rolled back: now write the retry
+        raise deferred.perform() from None
     except (Retry, Ignore, Reject):
         raise
     except Exception as exc:  # any failure is retried or dead-lettered: that is the point

@@ -60,7 +60,6 @@ def unknown_in_docs(defaults: Mapping[str, Any], markdown: str) -> list[str]:
 
 #: DESIGN.md settings of open issues, not built yet (the issue that builds one removes it here).
 PLANNED_SETTINGS = {
-    "outbox_keep_completed": "issue 15 (atomic tasks)",
     "outbox_retry_queue": "issue 20 (performance round 2)",
 }
 

@@ -93,6 +93,7 @@ def test_the_task_sweeps_the_app_store(new_app: Celery) -> None:
         "batches": 0,
         "more": False,
         "purged": 0,
+        "purged_completed": 0,
     }
 
 

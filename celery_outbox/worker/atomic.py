@@ -1,0 +1,128 @@
+"""Atomic tasks on the worker: the body, its dispatches and its ``CompletedTask`` row
+commit together, once per task id (``OutboxTask.atomic``).
+
+The store's side is :meth:`~celery_outbox.completions.CompletionStore.complete_once`.
+Here: which database the run uses, the body run inside it (``retry()`` deferred until
+the transaction rolled back), the result serialised before COMMIT, and a duplicate
+skipped with :data:`~celery_outbox.signals.task_duplicate_skipped`.
+"""
+
+from __future__ import annotations
+
+import base64
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from celery import Task
+from celery.exceptions import Ignore
+from kombu.serialization import dumps
+
+from celery_outbox.clock import utcnow
+from celery_outbox.exceptions import AtomicUnsupported, NoStoreConfigured, UnstorableResult
+from celery_outbox.registry import store_for
+from celery_outbox.signals import task_duplicate_skipped
+from celery_outbox.worker.attempt import Attempt
+from celery_outbox.worker.runner import deferring_retries
+
+#: Longest part of a refused result quoted in an error.
+_QUOTED = 200
+
+
+def is_atomic(task: Task[Any, Any]) -> bool:
+    """Whether ``task`` is atomic (``atomic = True``, as a class attribute or task option)."""
+    return getattr(task, "atomic", False) is True
+
+
+def atomic_alias(task: Task[Any, Any], attempt: Attempt) -> str | None:
+    """The database an atomic run uses: the dispatch's ``using``, else the task's
+    ``atomic_using``, else the store's default (``None``)."""
+    return attempt.using or getattr(task, "atomic_using", None)
+
+
+def run_once(task: Task[Any, Any], attempt: Attempt, call: Callable[[], Any]) -> Any:
+    """Run ``call`` (the body) in the task's ``CompletedTask`` transaction; return its value.
+
+    A task id that already completed is not run: the signal is sent and ``Ignore`` raised
+    (the message is acknowledged, the first run's state kept). A failure, or a result
+    the serializer refuses, rolls everything back and propagates (the runner retries).
+    """
+    store = store_for(task.app)
+    using = atomic_alias(task, attempt)
+    with store.complete_once(attempt.task_id, task.name, now=utcnow(), using=using) as completion:
+        if completion.previous is None:
+            with deferring_retries():
+                value = call()
+            completion.result = serialise_result(task, value)
+            return value
+    task_duplicate_skipped.send(
+        sender=task, task_id=attempt.task_id, completed_at=completion.previous.completed_at
+    )
+    raise Ignore()
+
+
+def serialise_result(task: Task[Any, Any], value: Any) -> str | None:
+    """``value`` as ``CompletedTask.result``: text of the task's serializer (base64 when
+    that serializer is binary), ``None`` for ``None``.
+
+    Raises
+    ------
+    UnstorableResult
+        Naming the task, the value and the serializer, when it cannot serialise it.
+    """
+    if value is None:
+        return None
+    serializer = task.serializer or task.app.conf.task_serializer
+    try:
+        _content_type, encoding, data = dumps(value, serializer=serializer)
+    except Exception as exc:  # kombu raises EncodeError, or the serializer's own error
+        shown = repr(value)[:_QUOTED]
+        raise UnstorableResult(
+            f"atomic task {task.name!r} returned {shown}, which its serializer "
+            f"{serializer!r} cannot store in CompletedTask.result: {exc}"
+        ) from exc
+    if isinstance(data, bytes):
+        if encoding == "binary":
+            return base64.b64encode(data).decode("ascii")
+        return data.decode(encoding)
+    return str(data)
+
+
+_checked: weakref.WeakKeyDictionary[type, set[str | None]] = weakref.WeakKeyDictionary()
+
+
+def check_atomic(task: Task[Any, Any], using: str | None = None) -> None:
+    """Refuse an atomic ``task`` whose options, store or database alias cannot run it
+    (at worker start-up and at dispatch; each class and alias is checked once).
+
+    Raises
+    ------
+    AtomicUnsupported
+        Naming the task, the option or the alias, and why.
+    """
+    atomic = getattr(task, "atomic", False)
+    if atomic not in (True, False):
+        raise AtomicUnsupported(
+            f"Task {task.name!r}: atomic={atomic!r} is not accepted: give True or False."
+        )
+    if not atomic:
+        return
+    alias = using or getattr(task, "atomic_using", None)
+    if alias is not None and not isinstance(alias, str):
+        raise AtomicUnsupported(
+            f"Task {task.name!r}: atomic_using={alias!r} is not accepted: give a database "
+            "alias (a string) or None for the store's default."
+        )
+    checked = _checked.setdefault(type(task), set())
+    if alias in checked:
+        return
+    try:
+        problem = store_for(task.app).atomic_problem(alias)
+    except NoStoreConfigured as exc:
+        problem = str(exc)
+    if problem is not None:
+        raise AtomicUnsupported(
+            f"Task {task.name!r} is atomic, but cannot run on database {alias or 'default'!r}: "
+            f"{problem}."
+        )
+    checked.add(alias)
