@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 #: Every benchmark, in the order they run.
-NAMES = ("enqueue", "sweep", "retry_memory", "no_blocking", "latency", "peer")
+NAMES = ("enqueue", "sweep", "retry_memory", "no_blocking", "latency", "atomic", "peer")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -28,6 +28,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--retries", type=int, default=20_000, help="pending long retries")
     parser.add_argument("--healthy", type=int, default=1500, help="healthy tasks per case")
     parser.add_argument("--latency-tasks", type=int, default=1000)
+    parser.add_argument("--atomic-tasks", type=int, default=1000, help="atomic: tasks per case")
     parser.add_argument("--warm-up", type=int, default=1000, help="retry memory warm-up tasks")
     parser.add_argument("--failing", type=int, default=20, help="no blocking: failing tasks")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
@@ -36,13 +37,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if args.quick:
         args.rounds, args.enqueue_tasks, args.rows = 1, 100, 300
         args.retries, args.healthy, args.latency_tasks = 100, 100, 30
-        args.warm_up, args.failing = 100, 4
+        args.warm_up, args.failing, args.atomic_tasks = 100, 4, 50
     return args
 
 
 def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run one benchmark; its result rows."""
-    from benchmarks import enqueue, latency, no_blocking, peer, retry_memory, sweep
+    from benchmarks import atomic, enqueue, latency, no_blocking, peer, retry_memory, sweep
 
     if name == "enqueue":
         return enqueue.run(tasks=args.enqueue_tasks, rounds=args.rounds)
@@ -54,6 +55,8 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         return no_blocking.run(healthy=args.healthy, rounds=args.rounds, failing=args.failing)
     if name == "latency":
         return latency.run(tasks=args.latency_tasks)
+    if name == "atomic":
+        return atomic.run(tasks=args.atomic_tasks, rounds=args.rounds)
     return peer.run(rows=args.rows, rounds=max(1, min(args.rounds, 2)))
 
 

@@ -88,8 +88,15 @@ class Child:
         self.log.unlink(missing_ok=True)
 
 
-def start_worker(*, pool: str, concurrency: int, env: Mapping[str, str] | None = None) -> Child:
-    """A Celery worker of the benchmark app on this run's queue, once it is ready."""
+def start_worker(
+    *,
+    pool: str,
+    concurrency: int,
+    env: Mapping[str, str] | None = None,
+    app_module: str = "benchmarks.worker_app",
+) -> Child:
+    """A Celery worker of ``app_module`` (the benchmark app) on this run's queue, once it
+    is ready (the module prints :data:`READY`)."""
     from benchmarks.app import QUEUE
 
     argv = [
@@ -97,7 +104,7 @@ def start_worker(*, pool: str, concurrency: int, env: Mapping[str, str] | None =
         "-m",
         "celery",
         "-A",
-        "benchmarks.worker_app",
+        app_module,
         "worker",
         f"--pool={pool}",
         "-c",

@@ -61,6 +61,8 @@ def _line(row: dict[str, Any]) -> tuple[str, ...]:
             "<= 1/50",
             met,
         )
+    if name == "atomic":
+        case = f"{case}; {_num(row['completed_bytes_per_row'])} B per CompletedTask row"
     theirs, target = row.get("plain", row.get("peer")), row.get("target")
     met = "" if target is None else ("yes" if row["ratio"] >= target else "NO")
     return (

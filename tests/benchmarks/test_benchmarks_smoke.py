@@ -28,6 +28,7 @@ FIELDS = {
     "retry_memory": ("plain", "ours", "ratio", "db_bytes_per_row"),
     "no_blocking": ("baseline", "value", "ratio"),
     "latency": ("p50", "p99"),
+    "atomic": ("plain", "ours", "ratio", "completed_bytes_per_row"),
     "peer": ("peer", "ours", "ratio"),
 }
 
