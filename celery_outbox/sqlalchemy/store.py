@@ -208,7 +208,6 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions):
         *,
         error: str,
         retry_at: datetime | None,
-        max_attempts: int,
         using: str | None = None,
     ) -> int:
         require_aware(retry_at=retry_at)
@@ -222,7 +221,6 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions):
                 where,
                 error=error,
                 retry_at=retry_at,
-                max_attempts=max_attempts,
             )
 
     def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:

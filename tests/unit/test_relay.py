@@ -26,7 +26,6 @@ from celery_outbox.producers import Sent
 from celery_outbox.publishable import refusal
 from celery_outbox.records import Claim, MessageStatus, NewMessage, StoredMessage
 from celery_outbox.relay import PUBLISH_BACKOFF, Relay
-from celery_outbox.storage import gives_up
 from celery_outbox.testing import InMemoryOutboxStore
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -142,7 +141,7 @@ def test_rows_the_broker_refused_are_rescheduled_on_the_backoff(
     assert NOW + PUBLISH_BACKOFF.base <= row.available_at <= NOW + 2 * PUBLISH_BACKOFF.base
 
 
-def test_the_report_gives_up_exactly_on_the_rows_the_store_failed(
+def test_the_relay_gives_up_on_a_rows_last_attempt_and_the_store_records_it(
     app: Celery, store: InMemoryOutboxStore, relay: Relay
 ) -> None:
     # max attempts 3: a row that failed twice is on its last try, one that failed once is not.
@@ -273,16 +272,6 @@ def test_publish_message_raises_what_the_broker_raised(
 
 
 # -- pure rules ---------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("attempts", "retry_at", "expected"),
-    [(0, NOW, False), (1, NOW, False), (2, NOW, True), (5, NOW, True), (0, None, True)],
-)
-def test_gives_up_at_the_last_attempt_or_without_a_retry(
-    attempts: int, retry_at: datetime | None, expected: bool
-) -> None:
-    assert gives_up(attempts, max_attempts=3, retry_at=retry_at) is expected
-
-
 def test_refusal_names_what_is_wrong(app: Celery) -> None:
     ok = StoredMessage.written(message(app, 1), 1)
     pickled = replace(ok, options={**ok.options, "content_type": "application/x-python-serialize"})
