@@ -87,6 +87,16 @@ def queued(queue_name: str) -> list[Any]:
         return got
 
 
+class Odd:
+    """A value neither JSON nor Kombu can encode."""
+
+    def __repr__(self) -> str:
+        return "Odd()"
+
+    def __str__(self) -> str:
+        return "odd"
+
+
 # -- building ---------------------------------------------------------------------------
 def test_as_json_keeps_kombus_typed_values_and_falls_back_to_repr() -> None:
     when = dt.datetime(2030, 1, 1, 12, tzinfo=timezone.utc)
@@ -95,7 +105,7 @@ def test_as_json_keeps_kombus_typed_values_and_falls_back_to_repr() -> None:
     assert typed[0]["__type__"] == "datetime"
     assert typed[1]["__type__"] == "decimal"
     assert typed[3] == [1, 2]
-    assert as_json({"odd": object}) == {"odd": repr(object)}
+    assert as_json({"odd": Odd()}) == {"odd": "Odd()"}
 
 
 def test_exception_path_is_the_dotted_class() -> None:

@@ -8,7 +8,7 @@ Over kombu's in-memory broker and a closed port; real brokers (and a stalled one
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
@@ -18,7 +18,7 @@ from kombu import Connection, Queue
 
 from celery_outbox import OutboxTask
 from celery_outbox.envelope import build_message
-from celery_outbox.producers import Producers, describe
+from celery_outbox.producers import Producers, Sent, describe
 from celery_outbox.records import NewMessage, StoredMessage
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -77,28 +77,45 @@ def drain(queue_name: str) -> list[str]:
         return ids
 
 
+def parts_of(sender: Producers, monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """The ids of each part ``sender`` publishes (the real parts, only recorded)."""
+    parts: list[list[int]] = []
+    send_part = sender._send_part
+
+    def recorded(pending: Sequence[StoredMessage]) -> Sent:
+        parts.append([m.id for m in pending])
+        return send_part(pending)
+
+    monkeypatch.setattr(sender, "_send_part", recorded)
+    return parts
+
+
 def test_a_pass_publishes_every_row_in_parts_of_the_byte_budget(
-    app: Celery, queue_name: str
+    app: Celery, queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sender = producers(app, batch_bytes=1)  # one row per part
+    sender = producers(app, batch_bytes=2 * len(row(app, 1).payload))  # two rows per part
+    parts = parts_of(sender, monkeypatch)
     try:
         sent = sender.send([row(app, n) for n in (1, 2, 3)])
     finally:
         sender.close()
 
     assert (sent.published, sent.failed) == ([1, 2, 3], {})
+    assert parts == [[1, 2], [3]]
     assert drain(queue_name) == ["task-1", "task-2", "task-3"]
 
 
 def test_a_pass_stops_at_the_first_part_the_broker_took_nothing_of(
-    app: Celery, closed_port: int
+    app: Celery, closed_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{closed_port}//"
     sender = producers(app, batch_bytes=64 * 1024, timeout=0.5)
+    parts = parts_of(sender, monkeypatch)
     rows = [row(app, n, payload="x" * 40_000) for n in range(1, 6)]
 
     sent = sender.send(rows)
 
+    assert parts == [[1, 2]]
     assert sent.published == []
     assert set(sent.failed) == {r.id for r in rows}  # one wait for the lot, not one per part
     assert len(set(sent.failed.values())) == 1

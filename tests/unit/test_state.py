@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from celery import Celery
 
-from celery_outbox import OutboxConfig
+from celery_outbox import OutboxConfig, state
 from celery_outbox.registry import install_store, relay_for
-from celery_outbox.state import default_store, reset, set_default_store, state_of
+from celery_outbox.state import AppState, default_store, reset, set_default_store, state_of
 from celery_outbox.testing import InMemoryOutboxStore
 
 
@@ -62,6 +62,21 @@ def test_reset_reads_the_settings_again_and_closes_the_relay(
     assert closed == [True]
     assert OutboxConfig.from_celery(app).max_deliveries == 4
     assert state_of(app).store is None  # an installed store is forgotten too
+
+
+def test_a_state_made_while_waiting_for_the_lock_is_the_one_returned(app: Celery) -> None:
+    # Two threads' first use at once: the second must take the first's state, not
+    # replace it (its relay and store would be lost).
+    got: list[AppState] = []
+    made = AppState()
+    with state._create_lock:
+        waiting = threading.Thread(target=lambda: got.append(state_of(app)))
+        waiting.start()
+        waiting.join(timeout=0.2)  # now blocked on the lock
+        setattr(app, state._SLOT, made)  # what the first thread does under the lock
+    waiting.join()
+
+    assert got == [made]
 
 
 def test_reset_of_an_app_without_state_does_nothing(app: Celery) -> None:

@@ -19,7 +19,14 @@ NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
 @pytest.mark.parametrize(
     ("sizes", "budget", "taken"),
-    [([], 10, 0), ([5], 1, 1), ([4, 4, 4], 8, 2), ([4, 4, 4], 9, 3), ([4, 4], None, 2)],
+    [
+        ([], 10, 0),
+        ([5], 1, 1),
+        ([5, 5], 0, 1),  # never empty because of the budget
+        ([4, 4, 4], 8, 2),
+        ([4, 4, 4], 9, 3),
+        ([4, 4], None, 2),
+    ],
 )
 def test_within_budget(sizes: list[int], budget: int | None, taken: int) -> None:
     assert within_budget(sizes, budget) == taken
