@@ -12,6 +12,7 @@ from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.config import OutboxConfig
 from celery_outbox.dead_letters import discard, requeue
 from celery_outbox.exceptions import (
+    AtomicUnsupported,
     DeadLetterDiscarded,
     NoStoreConfigured,
     OutboxConfigError,
@@ -23,6 +24,7 @@ from celery_outbox.exceptions import (
     StoreDataError,
     StoreError,
     TooManyDeliveries,
+    UnstorableResult,
 )
 from celery_outbox.records import DeadLetterStatus, MessageStatus
 from celery_outbox.registry import install_store
@@ -34,6 +36,7 @@ from celery_outbox.task import OutboxTask
 
 __all__ = [
     "SWEEP_TASK",
+    "AtomicUnsupported",
     "BackoffPolicy",
     "DeadLetterDiscarded",
     "DeadLetterStatus",
@@ -54,6 +57,7 @@ __all__ = [
     "SweepReport",
     "Sweeper",
     "TooManyDeliveries",
+    "UnstorableResult",
     "discard",
     "install_store",
     "requeue",

@@ -3,8 +3,8 @@
 The relay's entry points (after commit, publish-now, a sweep's claim, a retry that
 bypasses the table) and the bookkeeping of their outcome. Talking to the broker is
 :mod:`celery_outbox.producers`; whether a row can be published at all is
-:mod:`celery_outbox.publishable`; when a row gives up is the store's rule
-(:func:`celery_outbox.storage.gives_up`).
+:mod:`celery_outbox.publishable`; when a row gives up (``outbox_publish_max_attempts``)
+is decided here, once, and the store only records it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import random
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from celery import Celery
 
@@ -26,7 +26,7 @@ from celery_outbox.producers import Producers
 from celery_outbox.publishable import sort_out
 from celery_outbox.records import Claim, NewMessage, StoredMessage
 from celery_outbox.signals import message_published
-from celery_outbox.storage import OutboxStore, gives_up
+from celery_outbox.storage import OutboxStore
 
 logger = logging.getLogger(__name__)
 
@@ -219,18 +219,24 @@ class Relay:
         gave_up: set[int] = set()
         max_attempts = self.config.publish_max_attempts
         for (error, tries), ids in groups.items():
-            retry_at = self.clock() + PUBLISH_BACKOFF.delay_for(tries + 1, rng=self.rng)
-            logger.warning(
-                "celery-outbox: %d row(s) not published (%s); next try at %s",
-                len(ids),
-                error,
-                retry_at.isoformat(),
-            )
-            self.store.record_failure(
-                claim, ids, error=error, retry_at=retry_at, max_attempts=max_attempts, using=using
-            )
-            if gives_up(tries, max_attempts=max_attempts, retry_at=retry_at):
+            retry_at: datetime | None = None
+            if tries + 1 < max_attempts:  # the one place a row gives up
+                retry_at = self.clock() + PUBLISH_BACKOFF.delay_for(tries + 1, rng=self.rng)
+                logger.warning(
+                    "celery-outbox: %d row(s) not published (%s); next try at %s",
+                    len(ids),
+                    error,
+                    retry_at.isoformat(),
+                )
+            else:
+                logger.error(
+                    "celery-outbox: %d row(s) failed after %d publish attempts: %s",
+                    len(ids),
+                    max_attempts,
+                    error,
+                )
                 gave_up.update(ids)
+            self.store.record_failure(claim, ids, error=error, retry_at=retry_at, using=using)
         return gave_up
 
     def _record_fatal(self, claim: Claim, fatal: dict[int, str], *, using: str | None) -> set[int]:
@@ -242,7 +248,6 @@ class Relay:
                 [message_id],
                 error=error,
                 retry_at=None,
-                max_attempts=self.config.publish_max_attempts,
                 using=using,
             )
         return set(fatal)

@@ -43,17 +43,6 @@ def within_budget(sizes: Iterable[int], max_bytes: int | None) -> int:
     return taken
 
 
-def gives_up(attempts: int, *, max_attempts: int, retry_at: datetime | None) -> bool:
-    """Whether a row that failed ``attempts`` times before becomes ``failed`` now.
-
-    The rule of :meth:`OutboxStore.record_failure`: when there is no ``retry_at``, or
-    this attempt brings the row to ``max_attempts``. Stores that cannot decide in SQL
-    decide with this (the SQL stores apply the same rule, held to it by the contract
-    suite), and the relay reports with it which rows it gave up on.
-    """
-    return retry_at is None or attempts + 1 >= max_attempts
-
-
 def publisher_key(publish: PublishCallback) -> Hashable:
     """The key of ``publish``'s on-commit batch: equal for publishers that do the same thing.
 
@@ -188,16 +177,15 @@ class OutboxStore(CompletionStore, abc.ABC):
         *,
         error: str,
         retry_at: datetime | None,
-        max_attempts: int,
         using: str | None = None,
     ) -> int:
         """Count a failed publish attempt of claimed rows and release them.
 
         One statement. Each row's ``attempts`` grows by one and ``last_error`` becomes
-        ``error``; a row then at ``max_attempts`` or more, or every row when ``retry_at``
-        is ``None``, becomes ``failed`` (:func:`gives_up`) and keeps its ``available_at``;
-        the others stay ``pending``, due at ``retry_at``. Fenced like
-        :meth:`mark_published`. Returns how many rows changed.
+        ``error``; with ``retry_at`` the rows stay ``pending``, due then; without it they
+        become ``failed`` and keep their ``available_at``. Whether a row gives up is the
+        relay's decision (``outbox_publish_max_attempts``), made once, not the store's.
+        Fenced like :meth:`mark_published`. Returns how many rows changed.
         """
 
     @abc.abstractmethod

@@ -36,7 +36,8 @@ class OutboxTask(_TaskBase):
     ``delay``/``apply_async`` write an outbox row in the caller's current database
     transaction and publish it right after COMMIT; a rollback leaves neither row nor
     message, and a row that could not be published is published by the sweep task.
-    Extra keyword to ``apply_async``: ``using`` (the database alias, Django).
+    Extra keyword to ``apply_async``: ``using`` (the database alias, Django); inside
+    an atomic task's body it defaults to that task's database.
     """
 
     #: Acknowledge after the task ran, so a worker that dies mid-task redelivers it.
@@ -167,6 +168,7 @@ class OutboxTask(_TaskBase):
         app = self.app
         config = OutboxConfig.from_celery(app)
         checked_options(self)
+        using = atomic_runs.dispatch_alias(using)
         atomic_runs.check_atomic(self, using)
         task_id = task_id or uuid()
         options = dict(options, link=link, link_error=link_error, shadow=shadow)

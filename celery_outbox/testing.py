@@ -28,7 +28,7 @@ from celery_outbox.records import (
     StoredMessage,
 )
 from celery_outbox.rows import message_columns, stored_message
-from celery_outbox.storage import PublishCallback, gives_up, within_budget
+from celery_outbox.storage import PublishCallback, within_budget
 
 
 class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters):
@@ -175,13 +175,12 @@ class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters):
         *,
         error: str,
         retry_at: datetime | None,
-        max_attempts: int,
         using: str | None = None,
     ) -> int:
         with self._lock:
             held = self._held(claim, ids)
             for row in held:
-                failed = gives_up(row.attempts, max_attempts=max_attempts, retry_at=retry_at)
+                failed = retry_at is None
                 self.rows[row.id] = replace(
                     row,
                     attempts=row.attempts + 1,

@@ -12,15 +12,20 @@ Imported only when asked for (``import celery_outbox`` never imports SQLAlchemy)
     with Session(engine) as session, session.begin(), store.bind_session(session):
         session.add(order)
         send_receipt.delay(order.id)       # written in this transaction, published on commit
+
+An atomic task (``atomic=True``) writes through :func:`atomic_session`: its writes, its
+dispatches and its ``CompletedTask`` row commit together.
 """
 
 from __future__ import annotations
 
 from celery_outbox.records import DELIVERY_TABLE
+from celery_outbox.sqlalchemy.completions import atomic_session
 from celery_outbox.sqlalchemy.store import SQLAlchemyOutboxStore
 from celery_outbox.sqlalchemy.tables import (
     PENDING_TASK_INDEX,
     OutboxTables,
+    completed_table,
     dead_letter_table,
     define_tables,
     delivery_table,
@@ -35,6 +40,8 @@ __all__ = [
     "OutboxTables",
     "SQLAlchemyOutboxStore",
     "UTCDateTime",
+    "atomic_session",
+    "completed_table",
     "dead_letter_table",
     "define_tables",
     "delivery_table",

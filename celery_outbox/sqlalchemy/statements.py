@@ -152,17 +152,15 @@ def record_failure(
     *,
     error: str,
     retry_at: datetime | None,
-    max_attempts: int,
 ) -> int:
-    """Count one failed attempt and release the rows; how many changed."""
+    """Count one failed attempt and release the rows (``failed`` without ``retry_at``);
+    how many changed."""
     c = table.c
     status: Any = FAILED
     available_at: Any = c.available_at  # a failed row keeps its due time
     if retry_at is not None:
-        gives_up = c.attempts + 1 >= max_attempts
-        status = case((gives_up, FAILED), else_=PENDING)
-        retry = literal(retry_at, type_=c.available_at.type)
-        available_at = case((gives_up, c.available_at), else_=retry)
+        status = PENDING
+        available_at = literal(retry_at, type_=c.available_at.type)
     stmt = (
         update(table)
         .where(where)

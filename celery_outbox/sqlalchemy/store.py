@@ -24,16 +24,18 @@ from celery_outbox.rows import message_columns
 from celery_outbox.sqlalchemy import claims, letters, transactions
 from celery_outbox.sqlalchemy import statements as sql
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
+from celery_outbox.sqlalchemy.completions import SQLAlchemyCompletions
 from celery_outbox.sqlalchemy.tables import (
     OutboxTables,
+    completed_table,
     dead_letter_table,
     delivery_table,
     outbox_table,
 )
-from celery_outbox.storage import OutboxStore, PublishCallback
+from celery_outbox.storage import PublishCallback
 
 
-class SQLAlchemyOutboxStore(OutboxStore):
+class SQLAlchemyOutboxStore(SQLAlchemyCompletions):
     """The outbox store for SQLAlchemy applications (Flask, FastAPI, scripts).
 
     Dispatches join the caller's ``Session`` transaction, found in this order: a
@@ -68,7 +70,9 @@ class SQLAlchemyOutboxStore(OutboxStore):
     ) -> None:
         self.engine = engine
         self.scoped_session = scoped_session
-        self.tables = tables or OutboxTables(outbox_table, dead_letter_table, delivery_table)
+        self.tables = tables or OutboxTables(
+            outbox_table, dead_letter_table, delivery_table, completed_table
+        )
         self.clock = clock
         self._bound: ContextVar[Session | None] = ContextVar(
             f"celery_outbox_session_{id(self)}", default=None
@@ -204,7 +208,6 @@ class SQLAlchemyOutboxStore(OutboxStore):
         *,
         error: str,
         retry_at: datetime | None,
-        max_attempts: int,
         using: str | None = None,
     ) -> int:
         require_aware(retry_at=retry_at)
@@ -218,7 +221,6 @@ class SQLAlchemyOutboxStore(OutboxStore):
                 where,
                 error=error,
                 retry_at=retry_at,
-                max_attempts=max_attempts,
             )
 
     def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:

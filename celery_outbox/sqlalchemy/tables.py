@@ -13,6 +13,7 @@ from typing import NamedTuple
 from sqlalchemy import Column, Index, Integer, MetaData, String, Table, Text
 
 from celery_outbox.records import (
+    COMPLETED_TABLE,
     DEAD_LETTER_TABLE,
     DELIVERY_TABLE,
     OUTBOX_TABLE,
@@ -36,10 +37,12 @@ class OutboxTables(NamedTuple):
     outbox: Table
     dead_letter: Table
     delivery: Table
+    completed: Table
 
 
 def define_tables(metadata: MetaData) -> OutboxTables:
-    """Add the outbox, dead-letter and delivery tables to ``metadata``; return them.
+    """Add the outbox, dead-letter, delivery and completed-task tables to ``metadata``;
+    return them.
 
     Parameters
     ----------
@@ -49,7 +52,10 @@ def define_tables(metadata: MetaData) -> OutboxTables:
         index is named explicitly, as the Django migrations name them.
     """
     return OutboxTables(
-        _outbox_table(metadata), _dead_letter_table(metadata), _delivery_table(metadata)
+        _outbox_table(metadata),
+        _dead_letter_table(metadata),
+        _delivery_table(metadata),
+        _completed_table(metadata),
     )
 
 
@@ -119,6 +125,21 @@ def _delivery_table(metadata: MetaData) -> Table:
     )
 
 
+def _completed_table(metadata: MetaData) -> Table:
+    # One row per atomic task that committed; the unique task id is what duplicates wait on.
+    return Table(
+        COMPLETED_TABLE,
+        metadata,
+        Column("id", BigIdType, primary_key=True, autoincrement=True),
+        Column("task_id", String(TASK_ID_MAX_LENGTH), nullable=False, unique=True),
+        Column("task_name", String(TASK_NAME_MAX_LENGTH), nullable=False),
+        Column("completed_at", UTCDateTime, nullable=False),
+        Column("result", Text, nullable=True),
+        Index("celery_outbox_completed_at_idx", "completed_at"),
+        Index("celery_outbox_completed_name_idx", "task_name"),
+    )
+
+
 #: The library's own ``MetaData``, holding the tables.
 metadata = MetaData()
-outbox_table, dead_letter_table, delivery_table = define_tables(metadata)
+outbox_table, dead_letter_table, delivery_table, completed_table = define_tables(metadata)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import weakref
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from celery import Task
@@ -27,6 +28,12 @@ from celery_outbox.worker.runner import deferring_retries
 
 #: Longest part of a refused result quoted in an error.
 _QUOTED = 200
+
+#: The database alias of the atomic body running in this context (a 1-tuple: the alias
+#: may be ``None``, the store's default).
+_running_alias: ContextVar[tuple[str | None] | None] = ContextVar(
+    "celery_outbox_atomic_alias", default=None
+)
 
 
 def is_atomic(task: Task[Any, Any]) -> bool:
@@ -51,14 +58,27 @@ def run_once(task: Task[Any, Any], attempt: Attempt, call: Callable[[], Any]) ->
     using = atomic_alias(task, attempt)
     with store.complete_once(attempt.task_id, task.name, now=utcnow(), using=using) as completion:
         if completion.previous is None:
-            with deferring_retries():
-                value = call()
+            token = _running_alias.set((using,))
+            try:
+                with deferring_retries():
+                    value = call()
+            finally:
+                _running_alias.reset(token)
             completion.result = serialise_result(task, value)
             return value
     task_duplicate_skipped.send(
         sender=task, task_id=attempt.task_id, completed_at=completion.previous.completed_at
     )
     raise Ignore()
+
+
+def dispatch_alias(using: str | None) -> str | None:
+    """The alias a dispatch writes to: ``using`` when given, else, inside an atomic body,
+    that body's alias (its follow-up tasks commit with it), else ``None``."""
+    if using is not None:
+        return using
+    running = _running_alias.get()
+    return None if running is None else running[0]
 
 
 def serialise_result(task: Task[Any, Any], value: Any) -> str | None:

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from django.db import connections, models, transaction
-from django.db.models import Case, DateTimeField, F, Q, Value, When
+from django.db.models import Case, F, Value, When
 from django.db.models.functions import Length
 
 from celery_outbox.records import Claim, MessageStatus, NewMessage, StoredMessage
@@ -135,27 +135,18 @@ class OrmStrategy:
         *,
         error: str,
         retry_at: datetime | None,
-        max_attempts: int,
         alias: str,
     ) -> int:
-        """Count a failed publish and release the rows: one ``UPDATE``."""
+        """Count a failed publish and release the rows (``failed`` without ``retry_at``,
+        keeping its due time): one ``UPDATE``."""
         rows = messages(alias).leased_by(ids, claim.leases)
-        if retry_at is None:
-            return rows.update(
-                status=_FAILED, attempts=F("attempts") + 1, last_error=error, locked_until=None
-            )
-        # ``status`` and ``available_at`` first: they must still see the old ``attempts``.
-        # A row that gives up keeps its due time (it will never use ``retry_at``).
-        gives_up = Q(attempts__gte=max_attempts - 1)
+        due = {} if retry_at is None else {"available_at": retry_at}
         return rows.update(
-            status=Case(When(gives_up, then=Value(_FAILED)), default=Value(_PENDING)),
-            available_at=Case(
-                When(gives_up, then=F("available_at")),
-                default=Value(retry_at, output_field=DateTimeField()),
-            ),
+            status=_FAILED if retry_at is None else _PENDING,
             attempts=F("attempts") + 1,
             last_error=error,
             locked_until=None,
+            **due,
         )
 
     def reset(self, ids: list[int], *, now: datetime, alias: str) -> int:

@@ -162,7 +162,6 @@ class DjangoOutboxStore(OutboxStore):
         *,
         error: str,
         retry_at: datetime | None,
-        max_attempts: int,
         using: str | None = None,
     ) -> int:
         """Count a failed publish and release the rows: one ``UPDATE``."""
@@ -171,7 +170,7 @@ class DjangoOutboxStore(OutboxStore):
             return 0
         with _store_errors("record a failed publish"):
             return strategy_for(alias).record_failure(
-                claim, ids, error=error, retry_at=retry_at, max_attempts=max_attempts, alias=alias
+                claim, ids, error=error, retry_at=retry_at, alias=alias
             )
 
     def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:

@@ -77,6 +77,7 @@ class MemoryHarness(Harness):
         self.memory.rows.clear()
         self.memory.letters.clear()
         self.memory.deliveries.clear()
+        self.memory.completions.clear()
 
 
 class SQLAlchemyHarness(Harness):
@@ -112,12 +113,9 @@ class SQLAlchemyHarness(Harness):
         return stored_message(row)
 
     def clear(self) -> None:
-        from celery_outbox.sqlalchemy import dead_letter_table, delivery_table, outbox_table
-
         with self.engine.begin() as conn:
-            conn.execute(outbox_table.delete())
-            conn.execute(delivery_table.delete())
-            conn.execute(dead_letter_table.delete())
+            for table in self.sa_store.tables:
+                conn.execute(table.delete())
 
 
 class DjangoHarness(Harness):

@@ -81,9 +81,7 @@ def test_rows_with_their_own_leases_are_marked_in_one_claim(harness: Harness) ->
     claim = Claim(messages=tuple(rows), lease_until=max(r.locked_until or NOW for r in rows))
 
     assert harness.store.mark_published(claim, [r.id for r in rows[:2]], now=NOW, keep=False) == 2
-    failed = harness.store.record_failure(
-        claim, [rows[2].id], error="down", retry_at=NOW + LEASE, max_attempts=5
-    )
+    failed = harness.store.record_failure(claim, [rows[2].id], error="down", retry_at=NOW + LEASE)
     assert failed == 1
     (retried,) = claim_due(harness, NOW + LEASE).messages
     assert (retried.id, retried.status, retried.attempts) == (rows[2].id, MessageStatus.PENDING, 1)

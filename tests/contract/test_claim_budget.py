@@ -10,10 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-import pytest
-
 from celery_outbox.records import Claim
-from celery_outbox.storage import within_budget
 from tests.contract.factories import FAR_FUTURE, LEASE, NOW, new_message
 from tests.contract.harness import Harness
 
@@ -82,11 +79,3 @@ def test_claim_of_ids_stops_at_the_budget_oldest_first(harness: Harness) -> None
 
     assert claim(harness, list(reversed(rows))) == rows[:2]
     assert claim(harness, rows) == rows[2:]
-
-
-@pytest.mark.parametrize(
-    ("sizes", "budget", "taken"),
-    [([], 10, 0), ([5], 1, 1), ([4, 4, 4], 8, 2), ([4, 4, 4], 9, 3), ([4, 4], None, 2)],
-)
-def test_within_budget(sizes: list[int], budget: int | None, taken: int) -> None:
-    assert within_budget(sizes, budget) == taken

@@ -136,7 +136,7 @@ def test_a_stale_claim_changes_nothing(harness: Harness) -> None:
     assert ids(fresh) == [a]
 
     assert harness.store.mark_published(stale, [a], now=NOW, keep=False) == 0
-    assert harness.store.record_failure(stale, [a], error="late", retry_at=NOW, max_attempts=5) == 0
+    assert harness.store.record_failure(stale, [a], error="late", retry_at=NOW) == 0
     assert harness.store.mark_published(fresh, [a], now=NOW, keep=False) == 1
     assert harness.store.mark_published(fresh, [a], now=NOW, keep=False) == 0
 
@@ -164,7 +164,7 @@ def test_mark_published_with_keep_marks_them_published(harness: Harness) -> None
 def test_mark_published_of_nothing_changes_nothing(harness: Harness) -> None:
     claim = claim_due(harness)
     assert harness.store.mark_published(claim, [], now=NOW, keep=False) == 0
-    assert harness.store.record_failure(claim, [], error="x", retry_at=None, max_attempts=1) == 0
+    assert harness.store.record_failure(claim, [], error="x", retry_at=None) == 0
 
 
 # -- failures -----------------------------------------------------------------------------
@@ -173,12 +173,7 @@ def test_record_failure_counts_the_attempt_and_reschedules(harness: Harness) -> 
     claim = claim_due(harness)
     retry_at = NOW + 5 * SECOND
 
-    assert (
-        harness.store.record_failure(
-            claim, [a], error="broker down", retry_at=retry_at, max_attempts=3
-        )
-        == 1
-    )
+    assert harness.store.record_failure(claim, [a], error="broker down", retry_at=retry_at) == 1
 
     assert ids(claim_due(harness, now=retry_at - SECOND)) == []  # released, but not due yet
     (row,) = claim_due(harness, now=retry_at).messages
@@ -186,7 +181,7 @@ def test_record_failure_counts_the_attempt_and_reschedules(harness: Harness) -> 
     assert row.available_at == retry_at
 
 
-def test_record_failure_fails_rows_at_max_attempts(harness: Harness) -> None:
+def test_record_failure_counts_every_attempt_until_the_row_fails(harness: Harness) -> None:
     a = add(harness)
     now = NOW
     for attempt in range(1, 4):
@@ -194,11 +189,9 @@ def test_record_failure_fails_rows_at_max_attempts(harness: Harness) -> None:
         assert ids(claim) == [a]
         assert claim.messages[0].attempts == attempt - 1
         now += SECOND
+        retry_at = now if attempt < 3 else None  # the relay gives up at its third attempt
         assert (
-            harness.store.record_failure(
-                claim, [a], error=f"try {attempt}", retry_at=now, max_attempts=3
-            )
-            == 1
+            harness.store.record_failure(claim, [a], error=f"try {attempt}", retry_at=retry_at) == 1
         )
 
     assert rows(harness) == {MessageStatus.FAILED: 1}
@@ -212,12 +205,7 @@ def test_record_failure_without_retry_at_fails_every_row(harness: Harness) -> No
     a, b = add(harness), add(harness)
     claim = claim_due(harness)
 
-    assert (
-        harness.store.record_failure(
-            claim, [a, b], error="unknown task", retry_at=None, max_attempts=100
-        )
-        == 2
-    )
+    assert harness.store.record_failure(claim, [a, b], error="unknown task", retry_at=None) == 2
     assert rows(harness) == {MessageStatus.FAILED: 2}
 
 
@@ -225,7 +213,7 @@ def test_record_failure_touches_only_the_given_rows(harness: Harness) -> None:
     a, b = add(harness), add(harness)
     claim = claim_due(harness)
 
-    harness.store.record_failure(claim, [a], error="x", retry_at=None, max_attempts=1)
+    harness.store.record_failure(claim, [a], error="x", retry_at=None)
     assert harness.store.mark_published(claim, [b], now=NOW, keep=True) == 1
     assert rows(harness) == {MessageStatus.FAILED: 1, MessageStatus.PUBLISHED: 1}
 
@@ -251,9 +239,7 @@ def test_reset_leaves_published_rows_and_unknown_ids_alone(harness: Harness) -> 
 
 def test_reset_leaves_a_failed_row_whose_task_is_pending_again(harness: Harness) -> None:
     failed = add(harness, task_id="dup")
-    harness.store.record_failure(
-        claim_due(harness), [failed], error="x", retry_at=None, max_attempts=1
-    )
+    harness.store.record_failure(claim_due(harness), [failed], error="x", retry_at=None)
     add(harness, task_id="dup")
 
     assert harness.store.reset([failed], now=NOW) == 0
@@ -267,7 +253,7 @@ def test_count_by_status_and_oldest_pending(harness: Harness) -> None:
     a, b, _ = add(harness), add(harness), add(harness)
     claim = claim_due(harness)
     harness.store.mark_published(claim, [a], now=NOW, keep=True)
-    harness.store.record_failure(claim, [b], error="x", retry_at=None, max_attempts=1)
+    harness.store.record_failure(claim, [b], error="x", retry_at=None)
 
     counts = harness.store.count_by_status()
     assert {s: counts.get(s, 0) for s in MessageStatus} == {
@@ -294,7 +280,7 @@ def test_purge_deletes_old_rows_in_the_given_statuses_up_to_the_limit(harness: H
     add(harness)  # stays pending
     claim = claim_due(harness, limit=4)
     harness.store.mark_published(claim, published, now=NOW, keep=True)
-    harness.store.record_failure(claim, [failed], error="x", retry_at=None, max_attempts=1)
+    harness.store.record_failure(claim, [failed], error="x", retry_at=None)
     store = harness.store
 
     assert store.purge(statuses=[MessageStatus.PUBLISHED], older_than=PAST, limit=10) == 0

@@ -66,13 +66,15 @@ def test_a_second_run_is_told_about_the_first_and_changes_nothing(harness: Harne
 
 def test_a_raising_block_leaves_no_row_and_no_dispatch(harness: Harness) -> None:
     tid, message = task_id(), new_message()
-    with (
-        pytest.raises(KeyError),
-        harness.store.complete_once(tid, "tests.atomic", now=NOW) as completion,
-    ):
-        harness.store.add(message)
-        completion.result = "lost"
-        raise KeyError("the body failed")
+
+    def failing_run() -> None:
+        with harness.store.complete_once(tid, "tests.atomic", now=NOW) as completion:
+            harness.store.add(message)
+            completion.result = "lost"
+            raise KeyError("the body failed")
+
+    with pytest.raises(KeyError):
+        failing_run()
     assert harness.store.completion(tid) is None
     assert pending_ids(harness, {message.task_id}) == set()
     with harness.store.complete_once(tid, "tests.atomic", now=NOW) as again:

@@ -75,7 +75,7 @@ class World:
         retry = None if op[2] is None else self.now + _secs(op[2])
         return (
             "fail",
-            self.store.record_failure(claim, ids, error="x", retry_at=retry, max_attempts=2),
+            self.store.record_failure(claim, ids, error="x", retry_at=retry),
         )
 
     def _pos(self, row_id: int) -> int:

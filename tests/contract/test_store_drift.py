@@ -20,33 +20,22 @@ def _add(h: Harness) -> int:
     return row_id
 
 
-def _fail_once(h: Harness, row_id: int, *, retry_at: object, max_attempts: int) -> None:
+def _fail_once(h: Harness, row_id: int, *, retry_at: object) -> None:
     claim = h.store.claim_due(now=NOW, created_before=FAR_FUTURE, limit=10, lease_until=NOW + LEASE)
     assert [m.id for m in claim.messages] == [row_id]
     changed = h.store.record_failure(
         claim,
         [row_id],
         error="down",
-        retry_at=retry_at,
-        max_attempts=max_attempts,  # type: ignore[arg-type]
+        retry_at=retry_at,  # type: ignore[arg-type]
     )
     assert changed == 1
-
-
-def test_a_row_failed_after_its_last_attempt_keeps_its_due_time(harness: Harness) -> None:
-    row_id = _add(harness)
-
-    _fail_once(harness, row_id, retry_at=NOW + 30 * SECOND, max_attempts=1)
-
-    row = harness.read(row_id)
-    assert (row.status, row.attempts) == (MessageStatus.FAILED, 1)
-    assert row.available_at == NOW - SECOND  # not the retry time it will never use
 
 
 def test_a_row_failed_for_good_keeps_its_due_time(harness: Harness) -> None:
     row_id = _add(harness)
 
-    _fail_once(harness, row_id, retry_at=None, max_attempts=20)
+    _fail_once(harness, row_id, retry_at=None)
 
     row = harness.read(row_id)
     assert (row.status, row.attempts) == (MessageStatus.FAILED, 1)
@@ -56,7 +45,7 @@ def test_a_row_failed_for_good_keeps_its_due_time(harness: Harness) -> None:
 def test_a_rescheduled_row_is_due_at_its_retry_time(harness: Harness) -> None:
     row_id = _add(harness)
 
-    _fail_once(harness, row_id, retry_at=NOW + 30 * SECOND, max_attempts=2)
+    _fail_once(harness, row_id, retry_at=NOW + 30 * SECOND)
 
     row = harness.read(row_id)
     assert (row.status, row.attempts) == (MessageStatus.PENDING, 1)

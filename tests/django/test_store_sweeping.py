@@ -119,22 +119,20 @@ def test_mark_published_with_keep_marks_rows(store: Any, message: Any, now: date
     assert store.add(message("kept")) is not None
 
 
-def test_record_failure_counts_attempts_and_gives_up_at_the_limit(
+def test_record_failure_counts_attempts_in_one_update(
     store: Any, message: Any, now: datetime
 ) -> None:
     ids = [store.add(message("fresh")), store.add(message("tired"))]
-    OutboxMessage.objects.filter(pk=ids[1]).update(attempts=2)
+    OutboxMessage.objects.filter(pk=ids[1]).update(attempts=2)  # counted on, not decided on
     claim = store.claim(ids, now=now, lease_until=later(now, 30))
     with CaptureQueriesContext(connections["default"]) as queries:
-        changed = store.record_failure(
-            claim, ids, error="boom", retry_at=later(now, 5), max_attempts=3
-        )
+        changed = store.record_failure(claim, ids, error="boom", retry_at=later(now, 5))
     assert (changed, len(queries)) == (2, 1)
     rows = {r.task_id: r for r in OutboxMessage.objects.all()}
     assert (rows["fresh"].status, rows["fresh"].attempts) == (PENDING, 1)
     assert rows["fresh"].available_at == later(now, 5)
     assert (rows["fresh"].locked_until, rows["fresh"].last_error) == (None, "boom")
-    assert (rows["tired"].status, rows["tired"].attempts) == (FAILED, 3)
+    assert (rows["tired"].status, rows["tired"].attempts) == (PENDING, 3)
 
 
 def test_record_failure_without_retry_fails_rows_and_is_fenced(
@@ -143,7 +141,7 @@ def test_record_failure_without_retry_fails_rows_and_is_fenced(
     ids = [store.add(message("a")), store.add(message("b"))]
     claim = store.claim(ids, now=now, lease_until=later(now, 30))
     OutboxMessage.objects.filter(pk=ids[1]).update(locked_until=None)
-    assert store.record_failure(claim, ids, error="bad", retry_at=None, max_attempts=20) == 1
+    assert store.record_failure(claim, ids, error="bad", retry_at=None) == 1
     assert statuses() == {"a": FAILED, "b": PENDING}
 
 

@@ -13,15 +13,29 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery, Task
-from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, create_engine, select
+from sqlalchemy import (
+    Column,
+    Engine,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    insert,
+    select,
+    update,
+)
 
 from celery_outbox import OutboxTask
 from celery_outbox.registry import install_store
-from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
+from celery_outbox.signals import task_duplicate_skipped
+from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, atomic_session
 from celery_outbox.sqlalchemy import metadata as outbox_metadata
 
 RECORD = "sa_e2e.record"
 ALWAYS_FAILS = "sa_e2e.always_fails"
+TALLY = "sa_e2e.tally"
+FOLLOW = "sa_e2e.follow"
 
 app_metadata = MetaData()
 orders = Table(
@@ -29,6 +43,14 @@ orders = Table(
     app_metadata,
     Column("id", Integer, primary_key=True),
     Column("note", String(50), nullable=False),
+)
+#: What the atomic ``tally`` adds to (one row per key) and its follow-ups record.
+tallies = Table(
+    "sa_e2e_tally",
+    app_metadata,
+    Column("key", String(50), primary_key=True),
+    Column("count", Integer, nullable=False),
+    Column("follow_ups", Integer, nullable=False),
 )
 
 
@@ -62,7 +84,58 @@ def create_app(
         retry_backoff=0.05,
         retry_backoff_max=0.2,
     )(always_fails)
+    follow = app.task(base=OutboxTask, name=FOLLOW, shared=False)(_follow(engine))
+    app.task(base=OutboxTask, name=TALLY, shared=False, atomic=True, retry_backoff=0.05)(
+        _tally(follow)
+    )
     return app, engine, store
+
+
+def _tally(follow: Task) -> Any:
+    def tally(key: str, fail_first: bool = False) -> int:
+        """Add one to ``key``'s count, dispatch its follow-up (both atomic with the task's
+        ``CompletedTask`` row); with ``fail_first``, the first attempt raises after both."""
+        session = atomic_session()
+        count = session.execute(select(tallies.c.count).where(tallies.c.key == key)).scalar()
+        if count is None:
+            session.execute(insert(tallies).values(key=key, count=1, follow_ups=0))
+        else:
+            session.execute(update(tallies).where(tallies.c.key == key).values(count=count + 1))
+        follow.delay(key)
+        if fail_first and _attempts.setdefault(key, 0) == 0:
+            _attempts[key] += 1
+            raise Flaky(f"first attempt of {key} fails after its writes")
+        return (count or 0) + 1
+
+    return tally
+
+
+#: Attempts of ``tally`` per key in this worker process (its first one fails on request).
+_attempts: dict[str, int] = {}
+
+
+def _follow(engine: Engine) -> Any:
+    def follow(key: str) -> None:
+        """Count the follow-up of ``key``'s tally."""
+        with engine.begin() as conn:
+            conn.execute(
+                update(tallies)
+                .where(tallies.c.key == key)
+                .values(follow_ups=tallies.c.follow_ups + 1)
+            )
+        _write({"follow": key})
+
+    return follow
+
+
+def _write(line: dict[str, Any]) -> None:
+    with Path(os.environ["OUTBOX_TEST_OUTPUT"]).open("a") as output:
+        output.write(json.dumps(line) + "\n")
+
+
+@task_duplicate_skipped.connect
+def _skipped(sender: Any, task_id: str, **kwargs: Any) -> None:
+    _write({"skipped": task_id})
 
 
 def _recorder(engine: Engine) -> Any:
@@ -70,11 +143,7 @@ def _recorder(engine: Engine) -> Any:
         """Append this run, and whether the dispatching transaction's order exists."""
         with engine.connect() as conn:
             saw = conn.execute(select(orders.c.id).where(orders.c.id == order_id)).first()
-        line = json.dumps(
-            {"task_id": self.request.id, "order_id": order_id, "saw_order": saw is not None}
-        )
-        with Path(os.environ["OUTBOX_TEST_OUTPUT"]).open("a") as output:
-            output.write(line + "\n")
+        _write({"task_id": self.request.id, "order_id": order_id, "saw_order": saw is not None})
         return saw is not None
 
     return record

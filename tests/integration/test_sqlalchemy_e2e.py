@@ -3,6 +3,7 @@
 Dispatch in a session and commit: the worker runs the task (and sees the order the same
 transaction wrote). Roll back: nothing runs. Commit but never publish (a crash right
 after COMMIT): the sweeper publishes the row. A task that always fails: a dead letter.
+An atomic task: its writes and follow-up once, under a duplicate delivery and a retry.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from tests.brokers import purge_queue
 from tests.integration.sqlalchemy_app import (
     ALWAYS_FAILS,
     RECORD,
+    TALLY,
     create_app,
     orders,
     runs,
+    tallies,
 )
 from tests.worker import SharedWorker, wait_for
 
@@ -59,8 +62,21 @@ class World:
                 session.rollback()
         return str(task_id)
 
-    def runs(self) -> list[dict[str, Any]]:
+    def lines(self) -> list[dict[str, Any]]:
+        """Everything the worker recorded since this test began."""
         return runs(self.output)[self.since :]
+
+    def runs(self) -> list[dict[str, Any]]:
+        """The runs of ``record`` since this test began."""
+        return [line for line in self.lines() if "order_id" in line]
+
+    def tally(self, key: str) -> tuple[int, int] | None:
+        """``(count, follow_ups)`` of ``key``."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(tallies.c.count, tallies.c.follow_ups).where(tallies.c.key == key)
+            ).first()
+        return None if row is None else (row.count, row.follow_ups)
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +180,26 @@ def test_an_always_failing_task_becomes_a_dead_letter(world: World) -> None:
     assert letter["exception_type"].endswith("Flaky")
     assert letter["args"] == [5]
     assert letter["retries"] == 2
+
+
+def test_an_atomic_task_has_its_effects_once_under_a_duplicate_delivery(world: World) -> None:
+    tally = world.app.tasks[TALLY]
+    task_id = tally.delay("dup").id
+    wait_for(lambda: world.tally("dup") == (1, 1), timeout=30, what="the tally and its follow-up")
+    world.app.send_task(TALLY, args=["dup"], task_id=task_id)  # the broker delivers it again
+
+    wait_for(
+        lambda: {"skipped": task_id} in world.lines(), timeout=30, what="the duplicate skipped"
+    )
+    assert world.tally("dup") == (1, 1)
+    completion = world.store.completion(task_id)
+    assert completion is not None
+    assert (completion.task_name, completion.result) == (TALLY, "1")
+
+
+def test_a_failed_atomic_attempt_rolls_back_its_writes_and_follow_up(world: World) -> None:
+    world.app.tasks[TALLY].delay("retried", fail_first=True)
+
+    wait_for(lambda: world.tally("retried") == (1, 1), timeout=30, what="the retried tally")
+    follow_ups = [line for line in world.lines() if line.get("follow") == "retried"]
+    assert follow_ups == [{"follow": "retried"}]  # the failed attempt's follow-up rolled back

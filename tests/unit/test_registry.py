@@ -1,4 +1,5 @@
-"""Where an app's store comes from, the ``outbox_store`` factory protocol, and ``reset``."""
+"""Where an app's store comes from and the ``outbox_store`` factory protocol (what
+``reset`` forgets: ``test_state.py``)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 from celery import Celery
 
-from celery_outbox import OutboxConfig, OutboxConfigError
+from celery_outbox import OutboxConfigError
 from celery_outbox.exceptions import NoStoreConfigured
 from celery_outbox.registry import install_store, load_store, relay_for, store_for
-from celery_outbox.state import default_store, reset, set_default_store, state_of
+from celery_outbox.state import default_store, reset, set_default_store
 from celery_outbox.testing import InMemoryOutboxStore
 from tests.unit.store_factories import AppStore
 
@@ -102,24 +103,6 @@ def test_the_default_store_comes_last(app: Celery, no_default: None) -> None:
     default = InMemoryOutboxStore()
     set_default_store(default)
     assert store_for(app) is default
-
-
-def test_reset_reads_the_settings_again_and_closes_the_relay(
-    app: Celery, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    install_store(app, InMemoryOutboxStore())
-    app.conf.outbox_max_deliveries = 3
-    assert OutboxConfig.from_celery(app).max_deliveries == 3
-    relay, closed = relay_for(app), []
-    monkeypatch.setattr(relay, "close", lambda: closed.append(True))
-
-    app.conf.outbox_max_deliveries = 4
-    assert OutboxConfig.from_celery(app).max_deliveries == 3  # read once
-    reset(app)
-
-    assert closed == [True]
-    assert OutboxConfig.from_celery(app).max_deliveries == 4
-    assert state_of(app).store is None  # an installed store is forgotten too
 
 
 def test_install_store_drops_the_relay_of_the_previous_store(app: Celery) -> None:

@@ -1,16 +1,15 @@
 """The relay's logic over the in-memory store and kombu's in-memory broker.
 
 What happens to each row after a pass (published, rescheduled, failed, reported as
-given up), which rows the on-commit publisher takes without a claim, the sweeper's
-check of a row (:mod:`celery_outbox.publishable`), and the parts of a publish pass
-(:mod:`celery_outbox.producers`). A scripted stand-in for the producers is used only
-where the test is about the relay's bookkeeping of a pass's outcome; real brokers are
-in ``tests/integration`` (test_sweep, test_broker_stall, test_sqlalchemy_e2e).
+given up), which rows the on-commit publisher takes without a claim, and the sweeper's
+check of a row on the way (its rules: ``test_publishable.py``; the publish pass itself:
+``test_producers.py``). A scripted stand-in for the producers is used only where the
+test is about the relay's bookkeeping of a pass's outcome; real brokers are in
+``tests/integration`` (test_sweep, test_broker_stall, test_sqlalchemy_e2e).
 """
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -23,10 +22,8 @@ from celery_outbox import OutboxTask
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
 from celery_outbox.producers import Sent
-from celery_outbox.publishable import refusal
 from celery_outbox.records import Claim, MessageStatus, NewMessage, StoredMessage
 from celery_outbox.relay import PUBLISH_BACKOFF, Relay
-from celery_outbox.storage import gives_up
 from celery_outbox.testing import InMemoryOutboxStore
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -142,7 +139,7 @@ def test_rows_the_broker_refused_are_rescheduled_on_the_backoff(
     assert NOW + PUBLISH_BACKOFF.base <= row.available_at <= NOW + 2 * PUBLISH_BACKOFF.base
 
 
-def test_the_report_gives_up_exactly_on_the_rows_the_store_failed(
+def test_the_relay_gives_up_on_a_rows_last_attempt_and_the_store_records_it(
     app: Celery, store: InMemoryOutboxStore, relay: Relay
 ) -> None:
     # max attempts 3: a row that failed twice is on its last try, one that failed once is not.
@@ -234,62 +231,3 @@ def test_one_publisher_per_alias(relay: Relay) -> None:
     assert relay.publisher() is relay.publisher(None)
     assert relay.publisher("other") is relay.publisher("other")
     assert relay.publisher("other") is not relay.publisher()
-
-
-# -- the broker side ----------------------------------------------------------------------
-@pytest.fixture
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def test_a_pass_stops_at_the_first_part_the_broker_took_nothing_of(
-    app: Celery, store: InMemoryOutboxStore, closed_port: int
-) -> None:
-    app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{closed_port}//"
-    app.conf.outbox_sweep_batch_bytes = 64 * 1024
-    app.conf.outbox_publish_timeout = 0.5
-    relay = Relay(app, store=store, config=OutboxConfig.from_mapping(app.conf), clock=lambda: NOW)
-    big = "x" * 40_000
-    rows = [add(store, message(app, n, payload=big)) for n in range(5)]
-
-    sent = relay.producers.send(rows)
-
-    assert sent.published == []
-    assert set(sent.failed) == {r.id for r in rows}  # one wait for the lot, not one per part
-    assert len(set(sent.failed.values())) == 1
-
-
-def test_publish_message_raises_what_the_broker_raised(
-    app: Celery, store: InMemoryOutboxStore, closed_port: int
-) -> None:
-    app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{closed_port}//"
-    app.conf.outbox_publish_timeout = 0.5
-    relay = Relay(app, store=store, config=OutboxConfig.from_mapping(app.conf), clock=lambda: NOW)
-
-    with pytest.raises(Exception, match=r"refused|Connection|connect"):
-        relay.publish_message(message(app, 1))
-
-
-# -- pure rules ---------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("attempts", "retry_at", "expected"),
-    [(0, NOW, False), (1, NOW, False), (2, NOW, True), (5, NOW, True), (0, None, True)],
-)
-def test_gives_up_at_the_last_attempt_or_without_a_retry(
-    attempts: int, retry_at: datetime | None, expected: bool
-) -> None:
-    assert gives_up(attempts, max_attempts=3, retry_at=retry_at) is expected
-
-
-def test_refusal_names_what_is_wrong(app: Celery) -> None:
-    ok = StoredMessage.written(message(app, 1), 1)
-    pickled = replace(ok, options={**ok.options, "content_type": "application/x-python-serialize"})
-
-    assert refusal(app, ok, max_payload_bytes=None) is None
-    assert "payload refused: content type" in (refusal(app, pickled, max_payload_bytes=None) or "")
-    unknown = replace(ok, task_name="unit.relay.gone")
-    assert refusal(app, unknown, max_payload_bytes=None) == (
-        "task 'unit.relay.gone' is not registered with this app"
-    )

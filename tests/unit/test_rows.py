@@ -1,5 +1,4 @@
-"""The one row mapping (:mod:`celery_outbox.rows`) and the one error translation
-(:mod:`celery_outbox.store_errors`) every store uses."""
+"""The one row mapping (:mod:`celery_outbox.rows`) every store uses."""
 
 from __future__ import annotations
 
@@ -7,9 +6,6 @@ from dataclasses import fields, replace
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
-import pytest
-
-from celery_outbox.exceptions import StoreDataError, StoreError
 from celery_outbox.records import (
     DeadLetterStatus,
     MessageStatus,
@@ -26,7 +22,6 @@ from celery_outbox.rows import (
     stored_letter,
     stored_message,
 )
-from celery_outbox.store_errors import store_errors
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
@@ -72,29 +67,3 @@ def test_a_dead_letter_round_trips_through_its_columns() -> None:
     assert letter.status is DeadLetterStatus.DEAD
     assert (letter.requeued_at, letter.requeued_by, letter.requeued_task_id) == (None, "", "")
     assert stored_letter(SimpleNamespace(**columns)) == letter
-
-
-class Refused(Exception):
-    pass
-
-
-class Down(Exception):
-    pass
-
-
-@pytest.mark.parametrize(("raised", "expected"), [(Refused, StoreDataError), (Down, StoreError)])
-def test_driver_errors_leave_as_store_errors_with_the_cause(
-    raised: type[Exception], expected: type[StoreError]
-) -> None:
-    with (
-        pytest.raises(expected, match="could not write a row: driver says") as caught,
-        store_errors("write a row", data=(Refused,), outage=(Down,)),
-    ):
-        raise raised("driver says")
-    assert type(caught.value) is expected
-    assert isinstance(caught.value.__cause__, raised)
-
-
-def test_other_errors_pass_through() -> None:
-    with pytest.raises(KeyError), store_errors("write a row", data=(Refused,), outage=(Down,)):
-        raise KeyError("mine")

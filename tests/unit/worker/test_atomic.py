@@ -23,7 +23,8 @@ from celery_outbox.registry import install_store, relay_for
 from celery_outbox.signals import task_duplicate_skipped
 from celery_outbox.task import check_app
 from celery_outbox.testing import InMemoryOutboxStore
-from celery_outbox.worker.atomic import check_atomic, serialise_result
+from celery_outbox.worker.atomic import check_atomic, dispatch_alias, serialise_result
+from celery_outbox.worker.attempt import USING_HEADER
 
 
 @pytest.fixture
@@ -79,9 +80,12 @@ def tasks(app: Celery, store: InMemoryOutboxStore, effects: list[Any]) -> dict[s
     return {"add": add, "boom": boom, "again": again, "odd": odd}
 
 
-def deliver(task: OutboxTask, *args: Any, task_id: str = "t1", queue: str = "q") -> Any:
+def deliver(
+    task: OutboxTask, *args: Any, task_id: str = "t1", queue: str = "q", **headers: Any
+) -> Any:
     """Run ``task`` as a worker runs one delivery of ``task_id`` (a pushed request)."""
     task.push_request(
+        **headers,
         id=task_id,
         args=args,
         kwargs={},
@@ -287,3 +291,24 @@ def test_the_sweep_purges_completed_rows_past_the_window(
     report = sweeper.sweep_all()
     assert report.purged_completed == 2
     assert sorted(store.completions) == ["t0"]
+
+
+def test_the_body_runs_and_dispatches_on_the_alias_it_was_dispatched_with(
+    app: Celery, store: InMemoryOutboxStore
+) -> None:
+    seen: list[str | None] = []
+
+    @app.task(base=OutboxTask, name="atomic.where", shared=False, atomic=True)
+    def where() -> None:
+        seen.append(dispatch_alias(None))
+        seen.append(dispatch_alias("explicit"))
+
+    @app.task(base=OutboxTask, name="atomic.pinned", shared=False, atomic=True, atomic_using="b")
+    def pinned() -> None:
+        seen.append(dispatch_alias(None))
+
+    deliver(where, task_id="w1", **{USING_HEADER: "reports"})
+    deliver(where, task_id="w2")
+    deliver(pinned, task_id="p1")
+    assert seen == ["reports", "explicit", None, "explicit", "b"]
+    assert dispatch_alias(None) is None  # nothing left behind after the runs

@@ -11,7 +11,6 @@ import pytest
 from celery import Celery
 
 from celery_outbox import OutboxConfigError, OutboxTask
-from celery_outbox.task import TaskOptionsCheck, check_app
 from celery_outbox.worker.attempt import Attempt
 from celery_outbox.worker.options import (
     checked_options,
@@ -121,25 +120,6 @@ def test_every_bad_option_is_reported_at_once() -> None:
     assert "retry_backoff=1e-07" in str(caught.value)
 
 
-def test_check_app_lists_every_bad_task() -> None:
-    app = Celery("t", set_as_current=False)
-    make_task(app, "opts.good")
-    make_task(app, "opts.one", max_retries="3")
-    make_task(app, "opts.two", autoretry_for=("ProviderError",))
-    with pytest.raises(OutboxConfigError) as caught:
-        check_app(app)
-    assert "'opts.one'" in str(caught.value)
-    assert "'opts.two'" in str(caught.value)
-    assert "opts.good" not in str(caught.value)
-
-
-def test_binding_an_outbox_task_adds_the_worker_check() -> None:
-    app = Celery("t", set_as_current=False)
-    make_task(app)
-    app.finalize()
-    assert TaskOptionsCheck in app.steps["worker"]
-
-
 def test_checked_options_reads_once_per_task_class_and_never_caches_errors() -> None:
     task = make_task(max_retries=2)
     assert checked_options(task) is checked_options(task)
@@ -161,10 +141,3 @@ def test_retry_arguments_are_checked() -> None:
 
 def test_bad_options_outcome_names_itself() -> None:
     assert Outcome.BAD_OPTIONS.value == "bad retry option"
-
-
-def test_check_app_checks_the_outbox_settings_too() -> None:
-    app = Celery("t", set_as_current=False)
-    app.conf.outbox_park_after = "30"
-    with pytest.raises(OutboxConfigError, match="outbox_park_after='30'"):
-        check_app(app)

@@ -1,0 +1,160 @@
+"""The publish pass (:mod:`celery_outbox.producers`): rows go out as they were built,
+and a broker that takes nothing costs one wait, with each row's reason reported.
+
+Over kombu's in-memory broker and a closed port; real brokers (and a stalled one) are in
+``tests/integration``.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery import Celery
+from kombu import Connection, Queue
+
+from celery_outbox import OutboxTask
+from celery_outbox.envelope import build_message
+from celery_outbox.producers import Producers, Sent, describe
+from celery_outbox.records import NewMessage, StoredMessage
+
+NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def app(queue_name: str) -> Iterator[Celery]:
+    app = Celery("producers-unit", broker="memory://", set_as_current=False)
+    app.conf.task_default_queue = queue_name
+
+    @app.task(base=OutboxTask, name="unit.producers.noop", shared=False)
+    def noop(n: int) -> int:
+        return n
+
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def producers(app: Celery, *, batch_bytes: int = 1 << 20, timeout: float = 5.0) -> Producers:
+    return Producers(
+        app, timeout=timedelta(seconds=timeout), batch_bytes=batch_bytes, clock=lambda: NOW
+    )
+
+
+def message(app: Celery, n: int, **changes: object) -> NewMessage:
+    built = build_message(
+        app.tasks["unit.producers.noop"],
+        (n,),
+        {},
+        task_id=f"task-{n}",
+        options={},
+        now=NOW,
+        park_after=timedelta(seconds=30),
+        max_bytes=None,
+    )
+    return replace(built, **changes)  # type: ignore[arg-type]
+
+
+def row(app: Celery, n: int, **changes: object) -> StoredMessage:
+    return StoredMessage.written(message(app, n, **changes), n)
+
+
+def drain(queue_name: str) -> list[str]:
+    with Connection("memory://") as conn:
+        queue = Queue(queue_name)(conn.default_channel)
+        ids = []
+        while (got := queue.get(no_ack=True)) is not None:
+            ids.append(got.headers["id"])
+        return ids
+
+
+def parts_of(sender: Producers, monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """The ids of each part ``sender`` publishes (the real parts, only recorded)."""
+    parts: list[list[int]] = []
+    send_part = sender._send_part
+
+    def recorded(pending: Sequence[StoredMessage]) -> Sent:
+        parts.append([m.id for m in pending])
+        return send_part(pending)
+
+    monkeypatch.setattr(sender, "_send_part", recorded)
+    return parts
+
+
+def test_a_pass_publishes_every_row_in_parts_of_the_byte_budget(
+    app: Celery, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sender = producers(app, batch_bytes=2 * len(row(app, 1).payload))  # two rows per part
+    parts = parts_of(sender, monkeypatch)
+    try:
+        sent = sender.send([row(app, n) for n in (1, 2, 3)])
+    finally:
+        sender.close()
+
+    assert (sent.published, sent.failed) == ([1, 2, 3], {})
+    assert parts == [[1, 2], [3]]
+    assert drain(queue_name) == ["task-1", "task-2", "task-3"]
+
+
+def test_a_pass_stops_at_the_first_part_the_broker_took_nothing_of(
+    app: Celery, closed_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{closed_port}//"
+    sender = producers(app, batch_bytes=64 * 1024, timeout=0.5)
+    parts = parts_of(sender, monkeypatch)
+    rows = [row(app, n, payload="x" * 40_000) for n in range(1, 6)]
+
+    sent = sender.send(rows)
+
+    assert parts == [[1, 2]]
+    assert sent.published == []
+    assert set(sent.failed) == {r.id for r in rows}  # one wait for the lot, not one per part
+    assert len(set(sent.failed.values())) == 1
+
+
+def test_publish_message_raises_what_the_broker_raised(app: Celery, closed_port: int) -> None:
+    app.conf.broker_url = f"amqp://guest:guest@127.0.0.1:{closed_port}//"
+    sender = producers(app, timeout=0.5)
+
+    with pytest.raises(Exception, match=r"refused|Connection|connect"):
+        sender.publish_message(message(app, 1))
+
+
+def test_a_message_ttl_counts_from_its_publish(app: Celery, queue_name: str) -> None:
+    # Built with expires 60 s from NOW, published 45 s later: 15 s are left.
+    built = message(app, 1)
+    options = dict(built.options)
+    options["headers"] = {
+        **options["headers"],
+        "expires": (NOW + timedelta(seconds=60)).isoformat(),
+    }
+    options["properties"] = {**options.get("properties", {}), "expiration": 60.0}
+    later = Producers(
+        app,
+        timeout=timedelta(seconds=5),
+        batch_bytes=1 << 20,
+        clock=lambda: NOW + timedelta(seconds=45),
+    )
+    try:
+        later.publish_message(replace(built, options=options))
+    finally:
+        later.close()
+
+    with Connection("memory://") as conn:
+        got = Queue(queue_name)(conn.default_channel).get(no_ack=True)
+    assert got is not None
+    assert float(got.properties["expiration"]) == pytest.approx(15_000)  # kombu: milliseconds
+
+
+def test_describe_names_the_exception_type_and_keeps_a_row_sized_text() -> None:
+    assert describe(ValueError("bad")) == "builtins.ValueError: bad"
+    assert len(describe(RuntimeError("x" * 5000))) == 2000

@@ -1,0 +1,76 @@
+"""The sweeper's check of a stored row (:mod:`celery_outbox.publishable`): a row no
+retry can publish is told apart, with the reason written to the row."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery import Celery
+
+from celery_outbox import OutboxTask
+from celery_outbox.envelope import build_message
+from celery_outbox.publishable import refusal, sort_out
+from celery_outbox.records import StoredMessage
+
+NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def app() -> Iterator[Celery]:
+    app = Celery("publishable-unit", broker="memory://", set_as_current=False)
+
+    @app.task(base=OutboxTask, name="unit.publishable.noop", shared=False)
+    def noop(n: int) -> int:
+        return n
+
+    yield app
+    app.close()
+
+
+def row(app: Celery, n: int, **changes: object) -> StoredMessage:
+    built = build_message(
+        app.tasks["unit.publishable.noop"],
+        (n,),
+        {},
+        task_id=f"task-{n}",
+        options={},
+        now=NOW,
+        park_after=timedelta(seconds=30),
+        max_bytes=None,
+    )
+    return replace(StoredMessage.written(built, n), **changes)  # type: ignore[arg-type]
+
+
+def test_refusal_names_what_is_wrong(app: Celery) -> None:
+    ok = row(app, 1)
+    pickled = replace(ok, options={**ok.options, "content_type": "application/x-python-serialize"})
+
+    assert refusal(app, ok, max_payload_bytes=None) is None
+    assert "payload refused: content type" in (refusal(app, pickled, max_payload_bytes=None) or "")
+    unknown = replace(ok, task_name="unit.relay.gone")
+    assert refusal(app, unknown, max_payload_bytes=None) == (
+        "task 'unit.relay.gone' is not registered with this app"
+    )
+
+
+def test_a_payload_that_cannot_be_decoded_is_described(app: Celery) -> None:
+    garbled = row(app, 1, payload="not json at all")
+
+    reason = refusal(app, garbled, max_payload_bytes=None) or ""
+
+    assert reason.startswith("payload cannot be decoded: ")
+    assert "Error" in reason  # the exception's dotted type, as in a row's last_error
+
+
+def test_sort_out_keeps_the_order_and_names_each_refused_row(app: Celery) -> None:
+    good = [row(app, 1), row(app, 3)]
+    unknown = row(app, 2, task_name="unit.gone")
+
+    publishable, refused = sort_out(app, [good[0], unknown, good[1]], max_payload_bytes=None)
+
+    assert publishable == good
+    assert list(refused) == [unknown.id]
+    assert "'unit.gone' is not registered" in refused[unknown.id]
