@@ -28,7 +28,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--retries", type=int, default=20_000, help="pending long retries")
     parser.add_argument("--healthy", type=int, default=1500, help="healthy tasks per case")
     parser.add_argument("--latency-tasks", type=int, default=1000)
-    parser.add_argument("--atomic-tasks", type=int, default=1000, help="atomic: tasks per case")
+    parser.add_argument("--atomic-tasks", type=int, default=2000, help="atomic: tasks per case")
     parser.add_argument("--warm-up", type=int, default=1000, help="retry memory warm-up tasks")
     parser.add_argument("--failing", type=int, default=20, help="no blocking: failing tasks")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")

@@ -18,7 +18,18 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import worker_process_init, worker_ready
-from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, create_engine, insert
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Engine,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    func,
+    insert,
+)
 from sqlalchemy.engine import make_url
 
 from benchmarks.app import QUEUE, REDIS_URL
@@ -35,13 +46,15 @@ DATABASE_URL = DATABASE_URL.set(
 )
 
 bench_metadata = MetaData()
-#: One row per task run that committed (``kind`` is ``atomic`` or ``plain``).
+#: One row per task run that committed (``kind`` is ``atomic`` or ``plain``), with the
+#: database's clock at the ``INSERT`` (not the transaction's start).
 write_table = Table(
     "bench_write",
     bench_metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("kind", String(10), nullable=False),
     Column("i", Integer, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.clock_timestamp()),
 )
 
 app = Celery("celery_outbox_bench_atomic", broker=REDIS_URL, set_as_current=False)
@@ -59,8 +72,9 @@ install_store(app, store)
 
 
 def create_tables() -> None:
-    """Create the outbox tables and ``bench_write`` (the database must exist)."""
+    """Create the outbox tables, and ``bench_write`` anew (the database must exist)."""
     outbox_metadata.create_all(engine)
+    bench_metadata.drop_all(engine)
     bench_metadata.create_all(engine)
 
 

@@ -136,11 +136,13 @@ def register_chaos_tasks(app: Celery, store: SQLAlchemyOutboxStore, ledger_dir: 
         with Session(store.engine) as session, session.begin():
             _write(session, "plain", "follow", key)
 
-    options: dict[str, Any] = {"base": FastRetries, "bind": True, "shared": False}
-    app.task(name=ATOMIC_ADD, atomic=True, **options)(atomic_add)
-    app.task(name=ATOMIC_FOLLOW, atomic=True, **options)(atomic_follow)
-    app.task(name=PLAIN_ADD, **options)(plain_add)
-    app.task(name=PLAIN_FOLLOW, **options)(plain_follow)
+    for name, body, atomic in (
+        (ATOMIC_ADD, atomic_add, True),
+        (ATOMIC_FOLLOW, atomic_follow, True),
+        (PLAIN_ADD, plain_add, False),
+        (PLAIN_FOLLOW, plain_follow, False),
+    ):
+        app.task(name=name, base=FastRetries, bind=True, shared=False, atomic=atomic)(body)
 
     def skipped(sender: Task[Any, Any], task_id: str, **_: Any) -> None:
         if sender.name in (ATOMIC_ADD, ATOMIC_FOLLOW):
