@@ -43,6 +43,10 @@ from tests.reliability.chaos import REPUBLISH_ONE_IN, Chaos
 from tests.reliability.conftest import RecordResult
 from tests.reliability.harness import ScenarioEnv
 
+#: About 40 s for both variants: like every worker scenario here, kept out of the quick
+#: ``-m "not slow"`` run (CI runs it).
+pytestmark = pytest.mark.slow
+
 #: Parent tasks (each dispatches one follow-up).
 TASKS = 500
 #: Parents per dispatching transaction.
