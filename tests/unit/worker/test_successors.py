@@ -80,8 +80,10 @@ def test_the_next_step_and_links_are_dispatched_with_the_steps_commit(
         delivery_info={"exchange": "", "routing_key": queue_name, "priority": 3},
     )
     assert value == 2
-    sent = queued_tasks(queue_name)
+    messages = queued_messages(queue_name)
+    sent = [(m.headers["task"], tuple(m.decode()[0])) for m in messages]
     assert sorted(sent) == [("succ.plain_outbox", (2,)), ("succ.step", (2,))]
+    assert [m.properties["priority"] for m in messages] == [3, 3]  # the parent's, as in Celery
     assert (request.chain, request.callbacks) == (None, None)  # the tracer sends nothing
     assert store.completion("t1") is not None
 
@@ -96,7 +98,6 @@ def test_the_rest_of_the_chain_travels_with_the_next_step(
     _args, _kwargs, embed = message.decode()
     assert [s["task"] for s in embed["chain"]] == ["succ.step"]
     assert message.headers["parent_id"] == "t1"
-    assert message.properties["priority"] is None  # the step was delivered without one
 
 
 def test_a_failed_step_dispatches_nothing(
