@@ -93,3 +93,14 @@ def capture_message(
         **options,
     )
     return producer.body, producer.kwargs
+
+
+def successors(request: Any) -> tuple[list[Any], list[Any]]:
+    """``(callbacks, chain)`` of the running request, as Celery's tracer will read them."""
+    return list(request.callbacks or ()), list(request.chain or ())
+
+
+def forget_successors(request: Any) -> None:
+    """Make the tracer dispatch no callbacks and no next chain step for ``request``."""
+    request.callbacks = None
+    request.chain = None

@@ -20,7 +20,7 @@ from celery_outbox.limits import check_argument_depth
 from celery_outbox.records import StoredMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.worker import atomic as atomic_runs
-from celery_outbox.worker import runner
+from celery_outbox.worker import runner, successors
 from celery_outbox.worker.attempt import USING_HEADER, attempt_from_request
 from celery_outbox.worker.options import check_tasks, checked_options
 
@@ -91,9 +91,15 @@ class OutboxTask(_TaskBase):
             body = call
 
             def call() -> Any:
-                return atomic_runs.run_once(self, attempt, body)
+                return atomic_runs.run_once(self, attempt, body, then=self._successors)
 
         return runner.run_attempt(self, attempt, call, rng=self.rng)
+
+    def _successors(self, value: Any) -> None:
+        # An atomic step's link callbacks and next chain step commit with it.
+        successors.dispatch_in_transaction(
+            self, value, durable=lambda task: isinstance(task, OutboxTask)
+        )
 
     def retry(
         self,

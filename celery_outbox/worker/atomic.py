@@ -47,8 +47,16 @@ def atomic_alias(task: Task[Any, Any], attempt: Attempt) -> str | None:
     return attempt.using or getattr(task, "atomic_using", None)
 
 
-def run_once(task: Task[Any, Any], attempt: Attempt, call: Callable[[], Any]) -> Any:
+def run_once(
+    task: Task[Any, Any],
+    attempt: Attempt,
+    call: Callable[[], Any],
+    *,
+    then: Callable[[Any], object] | None = None,
+) -> Any:
     """Run ``call`` (the body) in the task's ``CompletedTask`` transaction; return its value.
+
+    ``then(value)`` runs after the body, in the same transaction (the step's successors).
 
     A task id that already completed is not run: the signal is sent and ``Ignore`` raised
     (the message is acknowledged, the first run's state kept). A failure, or a result
@@ -62,6 +70,8 @@ def run_once(task: Task[Any, Any], attempt: Attempt, call: Callable[[], Any]) ->
             try:
                 with deferring_retries():
                     value = call()
+                if then is not None:
+                    then(value)
             finally:
                 _running_alias.reset(token)
             completion.result = serialise_result(task, value)

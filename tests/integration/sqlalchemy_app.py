@@ -36,6 +36,7 @@ RECORD = "sa_e2e.record"
 ALWAYS_FAILS = "sa_e2e.always_fails"
 TALLY = "sa_e2e.tally"
 FOLLOW = "sa_e2e.follow"
+STEP = "sa_e2e.step"
 
 app_metadata = MetaData()
 orders = Table(
@@ -88,7 +89,16 @@ def create_app(
     app.task(base=OutboxTask, name=TALLY, shared=False, atomic=True, retry_backoff=0.05)(
         _tally(follow)
     )
+    app.task(base=OutboxTask, name=STEP, shared=False, atomic=True, bind=True)(step)
     return app, engine, store
+
+
+def step(self: Task, done: list[str], key: str) -> list[str]:
+    """A chain step: count ``key`` (atomic with the step) and pass the keys so far on."""
+    session = atomic_session()
+    session.execute(insert(tallies).values(key=key, count=1, follow_ups=0))
+    _write({"step": key, "task_id": self.request.id})
+    return [*done, key]
 
 
 def _tally(follow: Task) -> Any:

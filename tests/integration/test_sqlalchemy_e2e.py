@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("sqlalchemy")
 
-from celery import Celery
+from celery import Celery, chain
 from sqlalchemy import Engine, insert, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
@@ -31,6 +31,7 @@ from tests.brokers import purge_queue
 from tests.integration.sqlalchemy_app import (
     ALWAYS_FAILS,
     RECORD,
+    STEP,
     TALLY,
     create_app,
     orders,
@@ -203,3 +204,21 @@ def test_a_failed_atomic_attempt_rolls_back_its_writes_and_follow_up(world: Worl
     wait_for(lambda: world.tally("retried") == (1, 1), timeout=30, what="the retried tally")
     follow_ups = [line for line in world.lines() if line.get("follow") == "retried"]
     assert follow_ups == [{"follow": "retried"}]  # the failed attempt's follow-up rolled back
+
+
+def test_a_chain_of_atomic_steps_dispatches_each_next_step_once_in_its_transaction(
+    world: World,
+) -> None:
+    step = world.app.tasks[STEP]
+    result = chain(step.s([], "chain-a"), step.s("chain-b"), step.s("chain-c")).apply_async()
+
+    wait_for(lambda: world.tally("chain-c") is not None, timeout=30, what="the last step")
+    steps = [line for line in world.lines() if "step" in line]
+    assert [line["step"] for line in steps] == ["chain-a", "chain-b", "chain-c"]
+    assert steps[-1]["task_id"] == result.id
+    # each next step was written by its predecessor's transaction, and not sent again by
+    # Celery after it: a second dispatch (same frozen task id) would show up as skipped
+    assert not [line for line in world.lines() if "skipped" in line]
+    completion = world.store.completion(result.id)
+    assert completion is not None
+    assert completion.result == '["chain-a", "chain-b", "chain-c"]'

@@ -95,3 +95,42 @@ def test_capture_message_gets_celerys_message_without_a_broker(app: Celery) -> N
     assert publish["priority"] == 3
     assert publish["routing_key"] == "celery"
     assert {"exchange", "serializer", "retry", "declare"} <= set(publish)
+
+
+@pytest.mark.parametrize("forget", [False, True], ids=["celery-dispatches", "forgotten"])
+def test_the_tracer_dispatches_the_successors_left_on_the_request(
+    app: Celery, queue_name: str, forget: bool
+) -> None:
+    from celery.app.trace import build_tracer
+    from kombu import Connection, Queue
+
+    app.conf.task_default_queue = queue_name
+
+    @app.task(name="compat.next", shared=False)
+    def following(value: int) -> None: ...
+
+    @app.task(name="compat.step", shared=False, bind=True)
+    def step(self: Task[Any, Any]) -> int:
+        assert _compat.successors(self.request) == (
+            [dict(following.s())],
+            [dict(following.s())],
+        )
+        if forget:
+            _compat.forget_successors(self.request)
+        return 1
+
+    tracer = build_tracer(step.name, step, eager=False, app=app)
+    request = {
+        "id": "s1",
+        "callbacks": [dict(following.s())],
+        "chain": [dict(following.s())],
+        "delivery_info": {},
+    }
+    tracer("s1", (), {}, request)
+
+    with Connection("memory://") as conn:
+        queue = Queue(queue_name)(conn.default_channel)
+        sent = []
+        while (message := queue.get(no_ack=True)) is not None:
+            sent.append(message.headers["task"])
+    assert sent == ([] if forget else ["compat.next", "compat.next"])

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from celery import Celery
 from celery.exceptions import Ignore, Retry
-from kombu import Connection, Queue
 
 from celery_outbox import OutboxTask, Sweeper
 from celery_outbox.config import OutboxConfig
@@ -25,6 +24,7 @@ from celery_outbox.task import check_app
 from celery_outbox.testing import InMemoryOutboxStore
 from celery_outbox.worker.atomic import check_atomic, dispatch_alias, serialise_result
 from celery_outbox.worker.attempt import USING_HEADER
+from tests.unit.worker.support import deliver, queued, queued_tasks
 
 
 @pytest.fixture
@@ -78,45 +78,6 @@ def tasks(app: Celery, store: InMemoryOutboxStore, effects: list[Any]) -> dict[s
         return object()
 
     return {"add": add, "boom": boom, "again": again, "odd": odd}
-
-
-def deliver(
-    task: OutboxTask, *args: Any, task_id: str = "t1", queue: str = "q", **headers: Any
-) -> Any:
-    """Run ``task`` as a worker runs one delivery of ``task_id`` (a pushed request)."""
-    task.push_request(
-        **headers,
-        id=task_id,
-        args=args,
-        kwargs={},
-        retries=0,
-        is_eager=False,
-        called_directly=False,
-        delivery_info={"exchange": "", "routing_key": queue, "redelivered": False},
-    )
-    try:
-        return task(*args)
-    finally:
-        task.pop_request()
-
-
-def queued(queue_name: str) -> list[dict[str, Any]]:
-    with Connection("memory://") as conn:
-        queue = Queue(queue_name)(conn.default_channel)
-        found = []
-        while (message := queue.get(no_ack=True)) is not None:
-            found.append(message.headers)
-        return found
-
-
-def queued_tasks(queue_name: str) -> list[tuple[str, tuple[Any, ...]]]:
-    with Connection("memory://") as conn:
-        queue = Queue(queue_name)(conn.default_channel)
-        found = []
-        while (message := queue.get(no_ack=True)) is not None:
-            args, _kwargs, _embed = message.decode()
-            found.append((message.headers["task"], tuple(args)))
-        return found
 
 
 def follow_rows(store: InMemoryOutboxStore) -> list[str]:

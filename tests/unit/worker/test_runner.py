@@ -10,7 +10,6 @@ from datetime import datetime, timezone
 import pytest
 from celery import Celery
 from celery.exceptions import Retry
-from kombu import Connection, Queue
 
 from celery_outbox import OutboxTask
 from celery_outbox.exceptions import TooManyDeliveries
@@ -18,6 +17,7 @@ from celery_outbox.registry import install_store
 from celery_outbox.testing import InMemoryOutboxStore
 from celery_outbox.worker import runner
 from celery_outbox.worker.attempt import Attempt
+from tests.unit.worker.support import queued
 
 NOW = datetime.now(timezone.utc)
 
@@ -52,15 +52,6 @@ def attempt_of(queue: str, *, retries: int = 0, redelivered: bool = False) -> At
         delivery_info={"exchange": "", "routing_key": queue, "redelivered": redelivered},
         options={"queue": queue},
     )
-
-
-def queued(queue_name: str) -> list[dict[str, object]]:
-    with Connection("memory://") as conn:
-        queue = Queue(queue_name)(conn.default_channel)
-        found = []
-        while (message := queue.get(no_ack=True)) is not None:
-            found.append(message.headers)
-        return found
 
 
 def test_a_failure_is_retried_on_an_eta(
