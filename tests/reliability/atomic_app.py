@@ -115,24 +115,24 @@ def register_chaos_tasks(app: Celery, store: SQLAlchemyOutboxStore, ledger_dir: 
     def atomic_add(self: Task[Any, Any], key: str) -> None:
         from celery_outbox.sqlalchemy import atomic_session
 
-        ledger.append(ledger_dir, ledger.STARTED, key)
+        ledger.append(ledger_dir, ledger.STARTED, f"atomic-{key}")
         _write(atomic_session(), "atomic", "add", key)
         app.tasks[ATOMIC_FOLLOW].delay(key)
 
     def atomic_follow(self: Task[Any, Any], key: str) -> None:
         from celery_outbox.sqlalchemy import atomic_session
 
-        ledger.append(ledger_dir, ledger.STARTED, f"follow-{key}")
+        ledger.append(ledger_dir, ledger.STARTED, f"atomic-follow-{key}")
         _write(atomic_session(), "atomic", "follow", key)
 
     def plain_add(self: Task[Any, Any], key: str) -> None:
-        ledger.append(ledger_dir, ledger.STARTED, key)
+        ledger.append(ledger_dir, ledger.STARTED, f"plain-{key}")
         with Session(store.engine) as session, session.begin(), store.bind_session(session):
             _write(session, "plain", "add", key)
             app.tasks[PLAIN_FOLLOW].delay(key)
 
     def plain_follow(self: Task[Any, Any], key: str) -> None:
-        ledger.append(ledger_dir, ledger.STARTED, f"follow-{key}")
+        ledger.append(ledger_dir, ledger.STARTED, f"plain-follow-{key}")
         with Session(store.engine) as session, session.begin():
             _write(session, "plain", "follow", key)
 

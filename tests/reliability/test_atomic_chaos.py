@@ -7,12 +7,15 @@ children is SIGKILLed every half second (each in turn), and one published row in
 parents and follow-ups alike, is made pending again so that the sweep publishes the same
 message (same task id) a second time.
 
+Both variants run side by side in the same run (one worker, the same kills and
+republishes), each with its own counter, effects and task ids:
+
 - ``atomic``: the tasks are ``atomic = True``. The counter must be exactly N, and the
   follow-ups exactly N (N rows, N distinct keys): every duplicate delivery was skipped,
   every killed run rolled back and ran again, nothing was lost.
-- ``plain``: the same run with their ``atomic = False`` twins. Nothing is lost either,
-  but the duplicates run again: the counter ends above N, and the test asserts it does
-  (it is what proves the chaos above produced duplicate deliveries to absorb).
+- ``plain``: their ``atomic = False`` twins. Nothing is lost either, but the duplicates
+  run again: the counter ends above N, and the test asserts it does (it is what proves
+  the chaos above produced duplicate deliveries to absorb).
 
 Both record their counts for ``docs/reliability.md``.
 """
@@ -25,6 +28,7 @@ from collections.abc import Callable
 
 import pytest
 import redis
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from celery_outbox.records import MessageStatus
@@ -43,8 +47,8 @@ from tests.reliability.chaos import REPUBLISH_ONE_IN, Chaos
 from tests.reliability.conftest import RecordResult
 from tests.reliability.harness import ScenarioEnv
 
-#: About 40 s for both variants: like every worker scenario here, kept out of the quick
-#: ``-m "not slow"`` run (CI runs it).
+#: About 40 s: like every worker scenario here, kept out of the quick ``-m "not slow"`` run
+#: (CI runs it).
 pytestmark = pytest.mark.slow
 
 #: Parent tasks (each dispatches one follow-up).
@@ -75,9 +79,7 @@ def _wait_quiet(chaos: Chaos, progress: Callable[[], tuple[int, ...]]) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("variant", ["atomic", "plain"])
 def test_effects_exactly_once_under_kills_and_republishes(
-    variant: str,
     celery_worker_process: StartWorker,
     redis_url: str,
     redis_queue: str,
@@ -102,7 +104,6 @@ def test_effects_exactly_once_under_kills_and_republishes(
         pool="prefork",
         concurrency=2,
     )
-    add_task = app.tasks[VARIANTS[variant][0]]
     keys = [f"k{i}" for i in range(TASKS)]
     chaos = Chaos(app, store, worker, kill_every=KILL_EVERY)
 
@@ -110,10 +111,13 @@ def test_effects_exactly_once_under_kills_and_republishes(
     for first in range(0, TASKS, BATCH):
         with Session(engine) as session, session.begin(), store.bind_session(session):
             for key in keys[first : first + BATCH]:
-                add_task.apply_async((key,), task_id=f"{variant}-{key}")
+                for variant, (add_task, _follow) in VARIANTS.items():
+                    app.tasks[add_task].apply_async((key,), task_id=f"{variant}-{key}")
         chaos.step()
     deadline = started + RUN_TIMEOUT
-    while effects(engine, f"{variant}-follow")[1] < set(keys) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and any(
+        effects(engine, f"{variant}-follow")[1] < set(keys) for variant in VARIANTS
+    ):
         chaos.step()
         time.sleep(0.05)
     chaos_seconds = time.monotonic() - started
@@ -128,14 +132,55 @@ def test_effects_exactly_once_under_kills_and_republishes(
     _wait_quiet(chaos, progress)
     broker.close()
 
+    log = worker.log_text()[-3000:]
+    assert chaos.kills >= 1, "no pool child was killed: the scenario did not happen"
+    assert chaos.republished >= 1, "no row was republished: the scenario did not happen"
+    runs = ledger.events(env.ledger_dir, ledger.STARTED)
+    skipped = sum(ledger.events(env.ledger_dir, SKIPPED).values())
+    outcomes = {}
+    for variant in VARIANTS:
+        outcomes[variant] = _record(
+            variant,
+            engine=engine,
+            keys=set(keys),
+            runs=sum(n for key, n in runs.items() if key.startswith(f"{variant}-")),
+            skipped=skipped if variant == "atomic" else 0,
+            chaos=chaos,
+            seconds=chaos_seconds,
+            record_result=record_result,
+        )
+    for variant, (total, adds, add_keys, _follows, follow_keys) in outcomes.items():
+        expected = set(keys)
+        assert add_keys == expected, f"{variant}: lost parents {sorted(expected - add_keys)[:5]}"
+        assert follow_keys == expected, (
+            f"{variant}: lost follow-ups {sorted(expected - follow_keys)[:5]}\n{log}"
+        )
+        assert total == adds, f"{variant}: the counter and the effect rows disagree"
+    total, _adds, _keys, follows, _follow_keys = outcomes["atomic"]
+    assert (total, follows) == (TASKS, TASKS), f"duplicates ran: counter={total}, {follows=}"
+    assert skipped >= 1, "no duplicate delivery was skipped: the scenario did not happen"
+    assert outcomes["plain"][0] > TASKS, "the non-atomic twin ran no duplicate: no teeth"
+    engine.dispose()
+
+
+def _record(
+    variant: str,
+    *,
+    engine: Engine,
+    keys: set[str],
+    runs: int,
+    skipped: int,
+    chaos: Chaos,
+    seconds: float,
+    record_result: RecordResult,
+) -> tuple[int, int, set[str], int, set[str]]:
+    """Count ``variant``'s effects, record them for docs/reliability.md, and return
+    ``(counter, parent rows, parent keys, follow-up rows, follow-up keys)``."""
     total = counter(engine, variant)
     adds, add_keys = effects(engine, f"{variant}-add")
     follows, follow_keys = effects(engine, f"{variant}-follow")
-    expected = set(keys)
-    lost = len(expected - add_keys) + len(expected - follow_keys)
+    lost = len(keys - add_keys) + len(keys - follow_keys)
     duplicates = (adds - len(add_keys)) + (follows - len(follow_keys))
-    runs = sum(ledger.events(env.ledger_dir, ledger.STARTED).values())
-    skipped = sum(ledger.events(env.ledger_dir, SKIPPED).values())
     share = f"1 in {REPUBLISH_ONE_IN}"
     record_result(
         f"atomic_chaos_{variant}",
@@ -143,12 +188,12 @@ def test_effects_exactly_once_under_kills_and_republishes(
             f"{'Atomic' if variant == 'atomic' else 'Non-atomic (atomic=False twin)'} tasks: "
             f"a pool child SIGKILLed every {KILL_EVERY} s, {share} published rows republished"
         ),
-        tasks=2 * TASKS,
+        tasks=2 * len(keys),
         lost=lost,
         duplicates=duplicates,
         notes=(
-            f"{TASKS} tasks each +1 on a counter and 1 follow-up; counter={total} "
-            f"(expected {TASKS}); prefork x2, Redis, PostgreSQL"
+            f"{len(keys)} tasks each +1 on a counter and 1 follow-up; counter={total} "
+            f"(expected {len(keys)}); both variants in one run; prefork x2, Redis, PostgreSQL"
         ),
         extra={
             "follow_ups": follows,
@@ -159,18 +204,7 @@ def test_effects_exactly_once_under_kills_and_republishes(
             "body_runs": runs,
             "runs_rolled_back": runs - adds - follows,
             "duplicates_skipped": skipped,
-            "seconds": round(chaos_seconds, 1),
+            "seconds": round(seconds, 1),
         },
     )
-    log = worker.log_text()[-3000:]
-    assert chaos.kills >= 1, "no pool child was killed: the scenario did not happen"
-    assert chaos.republished >= 1, "no row was republished: the scenario did not happen"
-    assert add_keys == expected, f"lost parents: {sorted(expected - add_keys)[:5]}\n{log}"
-    assert follow_keys == expected, f"lost follow-ups: {sorted(expected - follow_keys)[:5]}\n{log}"
-    assert total == adds, "the counter and the effect rows disagree"
-    if variant == "atomic":
-        assert (total, follows) == (TASKS, TASKS), f"duplicates ran: counter={total}, {follows=}"
-        assert skipped >= 1, "no duplicate delivery was skipped: the scenario did not happen"
-    else:
-        assert total > TASKS, "the non-atomic twin ran no duplicate: the chaos has no teeth"
-    engine.dispose()
+    return total, adds, add_keys, follows, follow_keys
