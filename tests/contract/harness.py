@@ -77,6 +77,7 @@ class MemoryHarness(Harness):
         self.memory.rows.clear()
         self.memory.letters.clear()
         self.memory.deliveries.clear()
+        self.memory.completions.clear()
 
 
 class SQLAlchemyHarness(Harness):
@@ -148,10 +149,11 @@ class DjangoHarness(Harness):
         return stored_message(OutboxMessage.objects.get(pk=row_id))
 
     def clear(self) -> None:
-        from django_outbox.models import DeadLetter, OutboxMessage
+        from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage
 
         OutboxMessage.objects.all().delete()
         DeadLetter.objects.all().delete()
+        CompletedTask.objects.all().delete()
 
     def in_thread(self, work: Callable[[], T]) -> T:
         from django.db import connections
