@@ -4,8 +4,10 @@
 inserts the task's row first, with the vendor's insert-or-nothing
 (:func:`~django_outbox.store.sql.insert_completion`): a concurrent run of the same task
 id waits on the key. When nothing was inserted, a locking read
-(``SELECT ... FOR UPDATE``, which reads the latest committed row even under
-``REPEATABLE READ``) fetches the earlier run's row and the body is not run. Otherwise
+(``SELECT ... FOR UPDATE``, which reads the latest committed row even under MySQL's
+``REPEATABLE READ``) fetches the earlier run's row and the body is not run; under
+PostgreSQL's ``REPEATABLE READ`` the wait ends in a serialization failure instead, and the
+transaction starts again once (:func:`_open`). Otherwise
 the body runs in the block, every dispatch it makes with ``using=None`` goes to the same
 alias (:func:`~django_outbox.store.calls.running_on`), and the result is written before
 the commit.
@@ -18,7 +20,7 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from django.conf import settings as django_settings
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
 from django.db.models import QuerySet
 
 from celery_outbox.completions import Completion
@@ -87,16 +89,16 @@ class DjangoCompletions(OutboxStore):
         with (
             store_errors("run an atomic task's transaction", unless=body.raised),
             running_on(alias),
-            transaction.atomic(using=alias),
         ):
-            completion = _begin(task_id, task_name, now=now, alias=alias)
-            try:
-                yield completion
-            except BaseException as exc:
-                body.error = exc
-                raise
-            if completion.previous is None and completion.result is not None:
-                completed(alias).filter(task_id=task_id).update(result=completion.result)
+            opened, completion = _open(task_id, task_name, now=now, alias=alias)
+            with opened:
+                try:
+                    yield completion
+                except BaseException as exc:
+                    body.error = exc
+                    raise
+                if completion.previous is None and completion.result is not None:
+                    completed(alias).filter(task_id=task_id).update(result=completion.result)
 
     def completion(self, task_id: str, *, using: str | None = None) -> StoredCompletion | None:
         """The committed ``CompletedTask`` row of ``task_id``, or ``None``."""
@@ -120,6 +122,34 @@ class DjangoCompletions(OutboxStore):
             old = completed(alias).filter(completed_at__lt=older_than)
             ids = list(old.order_by("completed_at", "id").values_list("id", flat=True)[:limit])
             return raw_delete(completed(alias).filter(id__in=ids), alias) if ids else 0
+
+
+def _open(
+    task_id: str, task_name: str, *, now: datetime, alias: str
+) -> tuple[contextlib.ExitStack, Completion]:
+    """Enter ``transaction.atomic`` and :func:`_begin`; the open transaction and its run.
+
+    An outermost transaction that a serialization failure ends before the body starts
+    again once, with a fresh snapshot: under PostgreSQL's ``REPEATABLE READ`` a duplicate
+    that waited on the key cannot see the row committed after its snapshot.
+    """
+    again = not connections[alias].in_atomic_block
+    while True:
+        opened = contextlib.ExitStack()
+        opened.enter_context(transaction.atomic(using=alias))
+        try:
+            return opened, _begin(task_id, task_name, now=now, alias=alias)
+        except OperationalError as exc:
+            opened.__exit__(type(exc), exc, exc.__traceback__)  # rolls back
+            if not (again and _serialization_failure(exc)):
+                raise
+            again = False
+
+
+def _serialization_failure(exc: OperationalError) -> bool:
+    """SQLSTATE 40001 (psycopg's ``sqlstate``, psycopg2's ``pgcode``)."""
+    cause = exc.__cause__
+    return "40001" in (getattr(cause, "sqlstate", None), getattr(cause, "pgcode", None))
 
 
 def _begin(task_id: str, task_name: str, *, now: datetime, alias: str) -> Completion:
