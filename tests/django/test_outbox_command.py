@@ -189,6 +189,17 @@ def test_a_sweep_purges_old_published_rows_as_the_beat_sweep_does(use_app: Any) 
     assert not OutboxMessage.objects.filter(task_id__in=old).exists()
 
 
+def test_a_sweep_purges_completed_tasks_past_outbox_keep_completed(use_app: Any) -> None:
+    use_app("memory://", "sweep-completed-q", outbox_keep_completed=3600)
+    completed_tasks(3, completed_at=now() - timedelta(days=2), prefix="old")
+    completed_tasks(1, completed_at=now() - timedelta(minutes=5), prefix="recent")
+
+    out = outbox("sweep")
+
+    assert out.endswith(", purged 3 completed task(s)\n"), out
+    assert list(CompletedTask.objects.values_list("task_id", flat=True)) == ["recent-0"]
+
+
 # -- relay ---------------------------------------------------------------------------------
 
 
