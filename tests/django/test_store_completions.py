@@ -220,3 +220,26 @@ def test_an_atomic_task_on_the_second_alias_runs_once_with_its_follow_up(app: Ce
     assert queued_tasks(app.conf.task_default_queue) == [("atomic.follow", ("ann",))]
     assert not OutboxMessage.objects.using("default").exists()
     assert not CompletedTask.objects.using("default").exists()
+
+
+@pytest.mark.django_db
+def test_dispatching_an_atomic_task_to_an_unknown_alias_names_the_task_and_alias(
+    app: Celery,
+) -> None:
+    @app.task(base=OutboxTask, name="atomic.elsewhere", shared=False, atomic=True)
+    def elsewhere() -> None:
+        """Never runs."""
+
+    @app.task(base=OutboxTask, name="atomic.pinned", shared=False, atomic=True, atomic_using="gone")
+    def pinned() -> None:
+        """Never runs."""
+
+    with pytest.raises(AtomicUnsupported) as caught:
+        elsewhere.apply_async(using="nope")
+    assert str(caught.value) == (
+        "Task 'atomic.elsewhere' is atomic, but cannot run on database 'nope': no database "
+        "alias 'nope' in DATABASES (aliases: default, other)."
+    )
+    with pytest.raises(AtomicUnsupported, match=r"'atomic.pinned' .* database 'gone': no data"):
+        pinned.delay()
+    assert not OutboxMessage.objects.exists()
