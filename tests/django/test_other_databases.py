@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.django.atomic_tasks import events
 from tests.django.conftest import World
-from tests.worker import REPO_ROOT, worker_env
+from tests.worker import REPO_ROOT, wait_for, worker_env
 
 
 @pytest.fixture(params=["mysql", "sqlite"])
@@ -93,3 +96,45 @@ def test_the_atomic_task_contract_holds_on_postgresql_repeatable_read(
     assert outcome["vendor"] == "postgresql"
     failed = {name: text for name, text in outcome["tests"].items() if text != "passed"}
     assert failed == {}
+
+
+def test_atomic_tasks_run_once_on_other_databases(
+    world: World, celery_worker_process: Callable[..., Any], other_database_url: str
+) -> None:
+    output = world.output.with_name(f"atomic-{uuid.uuid4().hex[:8]}.jsonl")
+    env = {
+        **world.env,
+        "OUTBOX_DJANGO_DB_URL": other_database_url,
+        "OUTBOX_TEST_OUTPUT": str(output),
+    }
+    run_django(["django", "migrate", "--noinput", "-v", "0"], env)
+    celery_worker_process(
+        "tests.django.atomic_worker", queue=world.queue, env=env, pool="prefork", concurrency=2
+    )
+    key = "k1"
+
+    def seen(event: str, count: int) -> list[dict[str, Any]]:
+        wait_for(
+            lambda: sum(e["event"] == event for e in events(output)) >= count,
+            timeout=30,
+            what=f"{count} {event} event(s)",
+        )
+        return [e for e in events(output) if e["event"] == event]
+
+    run_django(["tests.django.atomic_client", "start", key], env)
+    seen("follow", 2)  # bump's, and flaky's second attempt's
+    run_django(["tests.django.atomic_client", "again", key], env)
+    (skipped,) = seen("skipped", 1)
+    time.sleep(1.0)  # room for a duplicate run or follow-up to show up
+    state = json.loads(run_django(["tests.django.atomic_client", "read", key], env))
+
+    assert state["vendor"] == other_database_url.split(":")[0]
+    assert skipped["id"] == f"bump-{key}"
+    runs = [(e["task"], e.get("retries")) for e in events(output) if e["event"] == "run"]
+    assert sorted(runs) == [("atomic.bump", 0), ("atomic.flaky", 0), ("atomic.flaky", 1)]
+    assert len(seen("follow", 2)) == 2  # the failed attempt's follow-up rolled back
+    assert state["counter"] == 2  # bump once, flaky once (its first attempt rolled back)
+    # Each result is the counter its own run left: 1 and 2, in whichever order they ran.
+    assert sorted(state["completed"]) == [f"bump-{key}", f"flaky-{key}"]
+    assert sorted(state["completed"].values()) == [1, 2]
+    assert state["outbox_rows"] == 0
