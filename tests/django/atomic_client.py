@@ -9,6 +9,9 @@ and the broker and queue of ``OUTBOX_TEST_BROKER`` and ``OUTBOX_TEST_QUEUE``:
     ``atomic.flaky`` (``flaky-KEY``, fails once), each in a transaction of its own
 ``again``
     dispatch ``atomic.bump`` with the task id ``bump-KEY`` again (a duplicate)
+``sweep``
+    sweep once: publish the rows whose publish after commit failed (on SQLite two worker
+    processes claiming at once may get "database is locked"; the sweep is the recovery)
 ``read``
     print the counter, the ``CompletedTask`` rows and the outbox rows left, as JSON
 """
@@ -26,6 +29,7 @@ django.setup()
 
 from django.db import connection, transaction  # noqa: E402
 
+from celery_outbox.sweep_task import sweep_app  # noqa: E402
 from django_outbox.models import CompletedTask, OutboxMessage  # noqa: E402
 from tests.django.atomic_tasks import counter, create_atomic_app, create_counter  # noqa: E402
 
@@ -41,6 +45,8 @@ def main(step: str, key: str) -> None:
     elif step == "again":
         with transaction.atomic():
             app.tasks["atomic.bump"].apply_async(args=[key], task_id=f"bump-{key}")
+    elif step == "sweep":
+        sweep_app(app)
     elif step == "read":
         rows = CompletedTask.objects.order_by("task_id").values_list("task_id", "result")
         print(
@@ -54,7 +60,7 @@ def main(step: str, key: str) -> None:
             )
         )
     else:
-        raise SystemExit(f"unknown step {step!r}: give start, again or read")
+        raise SystemExit(f"unknown step {step!r}: give start, again, sweep or read")
     app.close()
 
 
