@@ -5,9 +5,9 @@ inserts the task's row first, with the vendor's insert-or-nothing
 (:func:`~django_outbox.store.sql.insert_completion`): a concurrent run of the same task
 id waits on the key. When nothing was inserted, a locking read
 (``SELECT ... FOR UPDATE``, which reads the latest committed row even under MySQL's
-``REPEATABLE READ``) fetches the earlier run's row and the body is not run; under
-PostgreSQL's ``REPEATABLE READ`` the wait ends in a serialization failure instead, and the
-transaction starts again once (:func:`_open`). Otherwise
+``REPEATABLE READ``) fetches the earlier run's row and the body is not run; when the
+database aborts the wait instead (PostgreSQL's ``REPEATABLE READ``, a MySQL deadlock),
+the transaction starts again (:func:`_open`). Otherwise
 the body runs in the block, every dispatch it makes with ``using=None`` goes to the same
 alias (:func:`~django_outbox.store.calls.running_on`), and the result is written before
 the commit.
@@ -36,6 +36,10 @@ from django_outbox.store.orm import locking
 
 #: Inserts tried before giving up on a task id whose row vanishes in between (a purge).
 _TRIES = 2
+#: Transactions started before giving up when the database aborts them (:func:`_open`).
+_STARTS = 3
+#: MySQL/MariaDB ``ER_LOCK_DEADLOCK``.
+_MYSQL_DEADLOCK = 1213
 
 
 def completed(alias: str) -> QuerySet[CompletedTask]:
@@ -129,27 +133,34 @@ def _open(
 ) -> tuple[contextlib.ExitStack, Completion]:
     """Enter ``transaction.atomic`` and :func:`_begin`; the open transaction and its run.
 
-    An outermost transaction that a serialization failure ends before the body starts
-    again once, with a fresh snapshot: under PostgreSQL's ``REPEATABLE READ`` a duplicate
-    that waited on the key cannot see the row committed after its snapshot.
+    An outermost transaction that the database aborts before the body (nothing has run
+    yet) starts again, up to :data:`_STARTS` times: under PostgreSQL's ``REPEATABLE
+    READ`` a duplicate that waited on the key gets a serialization failure (it cannot see
+    the row committed after its snapshot), and on MySQL/MariaDB two duplicates waiting on
+    a run that rolled back may deadlock on the key.
     """
-    again = not connections[alias].in_atomic_block
+    starts_left = _STARTS if not connections[alias].in_atomic_block else 1
     while True:
+        starts_left -= 1
         opened = contextlib.ExitStack()
         opened.enter_context(transaction.atomic(using=alias))
         try:
             return opened, _begin(task_id, task_name, now=now, alias=alias)
-        except OperationalError as exc:
+        except BaseException as exc:
             opened.__exit__(type(exc), exc, exc.__traceback__)  # rolls back
-            if not (again and _serialization_failure(exc)):
+            if not starts_left or not _aborted_by_the_database(exc):
                 raise
-            again = False
 
 
-def _serialization_failure(exc: OperationalError) -> bool:
-    """SQLSTATE 40001 (psycopg's ``sqlstate``, psycopg2's ``pgcode``)."""
+def _aborted_by_the_database(exc: BaseException) -> bool:
+    """A serialization failure or deadlock: SQLSTATE 40001/40P01 (psycopg's ``sqlstate``,
+    psycopg2's ``pgcode``), MySQL error 1213."""
+    if not isinstance(exc, OperationalError):
+        return False
     cause = exc.__cause__
-    return "40001" in (getattr(cause, "sqlstate", None), getattr(cause, "pgcode", None))
+    states = {getattr(cause, "sqlstate", None), getattr(cause, "pgcode", None)}
+    mysql_code = cause.args[0] if cause is not None and cause.args else None
+    return bool(states & {"40001", "40P01"}) or mysql_code == _MYSQL_DEADLOCK
 
 
 def _begin(task_id: str, task_name: str, *, now: datetime, alias: str) -> Completion:

@@ -1,5 +1,6 @@
-"""The contract tests of atomic tasks (``tests/contract/test_completions.py``) on the
-Django store, in a process of its own on the database its environment names.
+"""The contract tests of atomic tasks (``tests/contract/test_completions.py``) and the
+races of ``completion_races`` on the Django store, in a process of its own on the
+database its environment names.
 
 ``python -m tests.django.completions_client`` runs with ``tests.django.db_settings``, so
 MySQL/MariaDB and SQLite get a Django of their own, outside pytest-django's PostgreSQL.
@@ -27,11 +28,14 @@ from django.db import connection  # noqa: E402
 
 from tests.contract import test_completions as contract  # noqa: E402
 from tests.contract.harness import DjangoHarness  # noqa: E402
+from tests.django import completion_races  # noqa: E402
 
 
 def cases() -> Iterator[tuple[str, Callable[..., None], dict[str, Any]]]:
-    """Every contract test, once per parameter value (only ``first_commits`` exists)."""
-    for name, test in vars(contract).items():
+    """Every contract test, once per parameter value (only ``first_commits`` exists), and
+    the races of :mod:`tests.django.completion_races`."""
+    tests = {**vars(contract), **vars(completion_races)}
+    for name, test in tests.items():
         if not name.startswith("test_") or not callable(test):
             continue
         if "first_commits" in inspect.signature(test).parameters:

@@ -27,6 +27,10 @@ from django_outbox.models import CompletedTask, OutboxMessage
 from django_outbox.store import DjangoOutboxStore
 from django_outbox.store.rows import stored_message
 from tests.contract.factories import new_message
+from tests.contract.harness import DjangoHarness
+from tests.django.completion_races import (
+    test_duplicates_waiting_on_a_run_that_rolls_back_never_fail as race,
+)
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 BOTH = pytest.mark.django_db(transaction=True, databases=["default", "other"])
@@ -243,3 +247,8 @@ def test_dispatching_an_atomic_task_to_an_unknown_alias_names_the_task_and_alias
     with pytest.raises(AtomicUnsupported, match=r"'atomic.pinned' .* database 'gone': no data"):
         pinned.delay()
     assert not OutboxMessage.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_duplicates_waiting_on_a_run_that_rolls_back_never_fail() -> None:
+    race(DjangoHarness())
