@@ -16,6 +16,7 @@ the commit.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -38,6 +39,8 @@ from django_outbox.store.orm import locking
 _TRIES = 2
 #: Transactions started before giving up when the database aborts them (:func:`_open`).
 _STARTS = 3
+#: The first SQLite with ``INSERT ... ON CONFLICT DO NOTHING``.
+_SQLITE_UPSERT = (3, 24, 0)
 #: MySQL/MariaDB ``ER_LOCK_DEADLOCK``.
 _MYSQL_DEADLOCK = 1213
 
@@ -62,7 +65,7 @@ class DjangoCompletions(OutboxStore):
     """The atomic-task half of :class:`~django_outbox.store.DjangoOutboxStore`."""
 
     def atomic_problem(self, using: str | None = None) -> str | None:
-        """``None`` when ``using`` is in ``DATABASES`` and is PostgreSQL, SQLite or
+        """``None`` when ``using`` is in ``DATABASES`` and is PostgreSQL, SQLite 3.24+ or
         MySQL/MariaDB; else why not."""
         alias = using or DEFAULT_DB_ALIAS
         if alias not in django_settings.DATABASES:
@@ -73,6 +76,11 @@ class DjangoCompletions(OutboxStore):
             return (
                 f"database {alias!r} is {vendor}: atomic tasks run on PostgreSQL, SQLite "
                 "and MySQL/MariaDB"
+            )
+        if vendor == "sqlite" and sqlite3.sqlite_version_info < _SQLITE_UPSERT:
+            return (
+                f"database {alias!r} is SQLite {sqlite3.sqlite_version}: atomic tasks need "
+                "SQLite 3.24 or later (INSERT ... ON CONFLICT DO NOTHING)"
             )
         return None
 

@@ -5,6 +5,7 @@ run in-process the way a worker runs one delivery."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -252,3 +253,25 @@ def test_dispatching_an_atomic_task_to_an_unknown_alias_names_the_task_and_alias
 @pytest.mark.django_db(transaction=True)
 def test_duplicates_waiting_on_a_run_that_rolls_back_never_fail() -> None:
     race(DjangoHarness())
+
+
+@pytest.mark.parametrize(
+    ("vendor", "sqlite_version", "says"),
+    [
+        ("oracle", (3, 45, 0), "database 'default' is oracle: atomic tasks run on PostgreSQL,"),
+        ("sqlite", (3, 22, 0), "database 'default' is SQLite 3.22.0: atomic tasks need SQLite"),
+    ],
+)
+def test_a_database_that_cannot_run_atomic_tasks_is_a_problem_naming_it(
+    store: DjangoOutboxStore,
+    monkeypatch: pytest.MonkeyPatch,
+    vendor: str,
+    sqlite_version: tuple[int, int, int],
+    says: str,
+) -> None:
+    monkeypatch.setattr(connections["default"], "vendor", vendor)
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", sqlite_version)
+    monkeypatch.setattr(sqlite3, "sqlite_version", ".".join(map(str, sqlite_version)))
+    problem = store.atomic_problem(None)
+    assert problem is not None
+    assert problem.startswith(says)
