@@ -96,7 +96,6 @@ class DjangoCompletions(OutboxStore):
         if problem is not None:
             raise AtomicUnsupported(f"Atomic task {task_name!r} cannot run: {problem}.")
         _check_identifiers(task_id, task_name)
-        refresh_connection(alias)
         body = _Body()
         with (
             store_errors("run an atomic task's transaction", unless=body.raised),
@@ -110,7 +109,7 @@ class DjangoCompletions(OutboxStore):
                     body.error = exc
                     raise
                 if completion.previous is None and completion.result is not None:
-                    completed(alias).filter(task_id=task_id).update(result=completion.result)
+                    sql.set_result(task_id, completion.result, alias=alias)
 
     def completion(self, task_id: str, *, using: str | None = None) -> StoredCompletion | None:
         """The committed ``CompletedTask`` row of ``task_id``, or ``None``."""

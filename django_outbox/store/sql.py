@@ -29,7 +29,8 @@ PostgreSQL, SQLite and MySQL/MariaDB
     task id has one: ``INSERT ... ON CONFLICT (task_id) DO NOTHING`` (PostgreSQL,
     SQLite), ``INSERT IGNORE`` (MySQL/MariaDB; the values are checked before, so it
     only ignores the duplicate key). A concurrent, uncommitted insert of the same task id
-    makes it wait on the key until that transaction ends.
+    makes it wait on the key until that transaction ends. :func:`set_result` writes the
+    run's result just before the commit (both run once per atomic task).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ _INSERT_COMPLETION = {
     "sqlite": _DO_NOTHING,
     "mysql": f"INSERT IGNORE INTO {_COMPLETION}",
 }
+_SET_RESULT = f"UPDATE {COMPLETED_TABLE} SET result = %s WHERE task_id = %s"
 #: Vendors :func:`insert_completion` has a statement for.
 COMPLETION_VENDORS = frozenset(_INSERT_COMPLETION)
 
@@ -183,3 +185,9 @@ def insert_completion(task_id: str, task_name: str, *, now: datetime, alias: str
     with transaction.mark_for_rollback_on_error(using=alias), connection.cursor() as cursor:
         cursor.execute(_INSERT_COMPLETION[connection.vendor], params)
         return bool(cursor.rowcount == 1)
+
+
+def set_result(task_id: str, result: str, *, alias: str) -> None:
+    """Write ``result`` into ``task_id``'s ``CompletedTask`` row (one ``UPDATE``)."""
+    with transaction.mark_for_rollback_on_error(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(_SET_RESULT, [result, task_id])
