@@ -1,4 +1,5 @@
-"""The Django admin of the outbox: dead letters and outbox messages, both read-only.
+"""The Django admin of the outbox: dead letters and outbox messages, both read-only (and
+the completed atomic tasks, :mod:`django_outbox.admin_completed`).
 
 Nothing here edits a row directly. The actions keep only rows in a state they apply to,
 delegate to :mod:`django_outbox.admin_actions` (and from there to the core), and report
@@ -15,14 +16,14 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
-from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from celery_outbox.envelope import decode_body
 from django_outbox import admin_actions
-from django_outbox.admin_base import ReadOnlyAdmin, head
+from django_outbox.admin_base import ReadOnlyAdmin, head, preformatted
+from django_outbox.admin_completed import CompletedTaskAdmin
 from django_outbox.dead_letters import discard_letters, requeue_letters
 from django_outbox.models import (
     DeadLetter,
@@ -30,6 +31,8 @@ from django_outbox.models import (
     OutboxMessage,
     OutboxMessageQuerySet,
 )
+
+__all__ = ["CompletedTaskAdmin", "DeadLetterAdmin", "OutboxMessageAdmin"]
 
 #: Characters of a message or error shown in a changelist column.
 SHORT_TEXT = 80
@@ -46,11 +49,6 @@ def pretty_json(value: Any) -> SafeString:
     """``value`` as indented JSON in an escaped ``<pre>``."""
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=repr)
     return preformatted(text)
-
-
-def preformatted(text: str) -> SafeString:
-    """``text`` in a ``<pre>``, escaped."""
-    return format_html('<pre class="outbox-pre">{}</pre>', text)
 
 
 def shorten(text: str) -> str:

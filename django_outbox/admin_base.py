@@ -17,6 +17,8 @@ from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.db.models.functions import Left
 from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from django_outbox.admin_actions import UserMessage
 
@@ -72,3 +74,8 @@ def head(row: Any, attribute: str, column: str) -> str:
     """The loaded head of ``column`` on a changelist row, else the whole column."""
     loaded: str | None = getattr(row, attribute, None)
     return getattr(row, column) if loaded is None else loaded
+
+
+def preformatted(text: str) -> SafeString:
+    """``text`` in a ``<pre>``, escaped."""
+    return format_html('<pre class="outbox-pre">{}</pre>', text)

@@ -1,4 +1,5 @@
-"""The outbox table, the dead letters and the delivery counts, with their queries.
+"""The outbox table, the dead letters, the delivery counts and the completed atomic tasks,
+with their queries.
 
 Table, index and constraint names are those of ``docs/schema.md``, shared with the
 SQLAlchemy store (``tests/contract/test_schema_parity.py`` compares both), so one
@@ -17,6 +18,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from celery_outbox.records import (
+    COMPLETED_TABLE,
     DEAD_LETTER_TABLE,
     DELIVERY_TABLE,
     OUTBOX_TABLE,
@@ -259,3 +261,30 @@ class DeliveryCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id}: {self.deliveries} deliveries"
+
+
+class CompletedTask(models.Model):
+    """An atomic task that committed, written in the task's own transaction.
+
+    A delivery whose ``task_id`` has a row is a duplicate and does not run. ``result`` is
+    the return value in the task's serializer (``None`` when it returned ``None``). Rows
+    older than ``outbox_keep_completed`` are purged by the sweep.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    task_id = models.CharField(_("task id"), max_length=TASK_ID_MAX_LENGTH, unique=True)
+    task_name = models.CharField(_("task name"), max_length=TASK_NAME_MAX_LENGTH)
+    completed_at = models.DateTimeField(_("completed at"))
+    result = models.TextField(_("result"), null=True, blank=True)
+
+    class Meta:
+        db_table = COMPLETED_TABLE
+        verbose_name = _("completed task")
+        verbose_name_plural = _("completed tasks")
+        indexes = [
+            models.Index(fields=["completed_at"], name="celery_outbox_completed_at_idx"),
+            SharedNameIndex(fields=["task_name"], name="celery_outbox_completed_name_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name}[{self.task_id}] completed {self.completed_at:%Y-%m-%d %H:%M:%S}"

@@ -13,6 +13,7 @@ signal                     ``sender``          keyword arguments
 ``message_published``      the Celery app      ``task_ids`` (list of str)
 ``task_dead_lettered``     the task            ``letter_id``, ``task_id``, ``exception``
 ``dead_letter_requeued``   as the core sends   ``letter_id``, ``task_id`` (new), ``by``
+``task_duplicate_skipped`` the task            ``task_id``, ``completed_at`` (first run's)
 =========================  ==================  ========================================
 """
 
@@ -31,11 +32,15 @@ task_dead_lettered = Signal()
 #: A dead letter was requeued under a new task id.
 dead_letter_requeued = Signal()
 
+#: An atomic task's duplicate delivery was skipped: its task id had already completed.
+task_duplicate_skipped = Signal()
+
 #: (core signal, Django signal) pairs that :func:`connect` links.
 _FORWARDS = (
     (core.message_published, message_published),
     (core.task_dead_lettered, task_dead_lettered),
     (core.dead_letter_requeued, dead_letter_requeued),
+    (core.task_duplicate_skipped, task_duplicate_skipped),
 )
 
 

@@ -3,7 +3,9 @@
 =====================  ==============================================================
 module                 what it holds
 =====================  ==============================================================
-:mod:`.outbox`         :class:`DjangoOutboxStore`: aliases, error wrapping, delegation
+:mod:`.outbox`         :class:`DjangoOutboxStore`: delegation to the modules below
+:mod:`.calls`          the alias a call uses (an atomic task's own), error wrapping
+:mod:`.completions`    ``CompletedTask`` rows: atomic tasks run once per task id
 :mod:`.vendors`        the PostgreSQL and SQLite strategies; one chosen per alias
 :mod:`.orm`            the generic ORM strategy (MySQL/MariaDB and any other database)
 :mod:`.sql`            every raw SQL statement of the store

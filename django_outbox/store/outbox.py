@@ -1,6 +1,7 @@
 """``DjangoOutboxStore``: the outbox through Django's ORM and its transactions.
 
-Every method takes ``using``, a database alias (``None`` means ``"default"``), and hands
+Every method takes ``using``, a database alias (``None`` means the running atomic task's
+alias, else ``"default"``: :mod:`~django_outbox.store.calls`), and hands
 the work to that alias's strategy (:mod:`~django_outbox.store.vendors`) or to the
 vendor-independent dead letter code (:mod:`~django_outbox.store.letters`). Rows are
 written in whatever ``transaction.atomic(using=...)`` block the caller is in; database
@@ -9,21 +10,12 @@ errors leave as :class:`~celery_outbox.exceptions.StoreError` with the cause cha
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 
-from django.db import (
-    DEFAULT_DB_ALIAS,
-    DatabaseError,
-    DataError,
-    IntegrityError,
-    connections,
-    transaction,
-)
+from django.db import transaction
 
-from celery_outbox.exceptions import StoreDataError, StoreError
 from celery_outbox.records import (
     Claim,
     MessageStatus,
@@ -32,66 +24,42 @@ from celery_outbox.records import (
     StoredDeadLetter,
     StoredMessage,
 )
-from celery_outbox.storage import OutboxStore, PublishCallback
+from celery_outbox.storage import PublishCallback
 from django_outbox.settings import settings
 from django_outbox.store import batches, letters
+from django_outbox.store.calls import alias_of, refresh_connection, store_errors
+from django_outbox.store.completions import DjangoCompletions
 from django_outbox.store.orm import messages
 from django_outbox.store.vendors import strategy_for
 
 
-def _alias(using: str | None) -> str:
-    return using or DEFAULT_DB_ALIAS
-
-
-@contextlib.contextmanager
-def _store_errors(action: str) -> Iterator[None]:
-    """Raise a database error as ``StoreError``, a refused value as ``StoreDataError``
-    (never swallowed: the caller's transaction still rolls back)."""
-    try:
-        yield
-    except (DataError, IntegrityError) as exc:  # a value the database refuses: not an outage
-        raise StoreDataError(f"celery-outbox could not {action}: {exc}") from exc
-    except DatabaseError as exc:
-        raise StoreError(f"celery-outbox could not {action}: {exc}") from exc
-
-
-def _refresh_connection(alias: str) -> None:
-    """``close_old_connections()`` for one alias, for batch work outside a request.
-
-    Never inside an atomic block: Django would close the connection in the middle of it.
-    """
-    connection = connections[alias]
-    if not connection.in_atomic_block:
-        connection.close_if_unusable_or_obsolete()
-
-
-class DjangoOutboxStore(OutboxStore):
+class DjangoOutboxStore(DjangoCompletions):
     """The ORM store ``django_outbox`` installs as the default store in ``ready()``."""
 
     # -- dispatch -----------------------------------------------------------------------
     def add(self, message: NewMessage, *, using: str | None = None) -> int | None:
         """Insert a pending row in the caller's transaction; ``None`` when its task id is
         already pending (``task_id`` is an idempotency key)."""
-        alias = _alias(using)
-        with _store_errors("write an outbox row"):
+        alias = alias_of(using)
+        with store_errors("write an outbox row"):
             return strategy_for(alias).insert(message, alias=alias)
 
     def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
         """``transaction.on_commit``: savepoint-aware; at once outside an atomic block."""
-        transaction.on_commit(callback, using=_alias(using))
+        transaction.on_commit(callback, using=alias_of(using))
 
     def defer_publish(
         self, message: StoredMessage, publish: PublishCallback, *, using: str | None = None
     ) -> None:
         """Publish every row a transaction deferred in one callback (:mod:`~.batches`)."""
-        batches.defer(message, publish, using=_alias(using))
+        batches.defer(message, publish, using=alias_of(using))
 
     def still_leased(
         self, messages: Sequence[StoredMessage], *, using: str | None = None
     ) -> set[int]:
         """One ``SELECT`` of the ids and leases; each row must hold its message's lease."""
-        alias = _alias(using)
-        with _store_errors("read outbox leases"):
+        alias = alias_of(using)
+        with store_errors("read outbox leases"):
             return strategy_for(alias).still_leased(messages, alias=alias)
 
     # -- publishing and sweeping ----------------------------------------------------------
@@ -105,10 +73,10 @@ class DjangoOutboxStore(OutboxStore):
         using: str | None = None,
     ) -> Claim:
         """Lease those of ``ids`` that are pending, due and unleased."""
-        alias, ids = _alias(using), list(ids)
+        alias, ids = alias_of(using), list(ids)
         if not ids:
             return Claim(messages=(), lease_until=lease_until)
-        with _store_errors("claim outbox rows"):
+        with store_errors("claim outbox rows"):
             return strategy_for(alias).claim_ids(
                 ids, now=now, lease_until=lease_until, max_bytes=max_bytes, alias=alias
             )
@@ -124,9 +92,9 @@ class DjangoOutboxStore(OutboxStore):
         using: str | None = None,
     ) -> Claim:
         """Lease up to ``limit`` due rows within ``max_bytes``, skipping locked rows."""
-        alias = _alias(using)
-        _refresh_connection(alias)
-        with _store_errors("claim outbox rows"):
+        alias = alias_of(using)
+        refresh_connection(alias)
+        with store_errors("claim outbox rows"):
             return strategy_for(alias).claim_due(
                 now=now,
                 created_before=created_before,
@@ -146,11 +114,11 @@ class DjangoOutboxStore(OutboxStore):
         using: str | None = None,
     ) -> int:
         """Delete (or mark ``published``) the still-leased rows of ``ids``: one statement."""
-        alias = _alias(using)
+        alias = alias_of(using)
         if not ids:
             return 0
         strategy = strategy_for(alias)
-        with _store_errors("mark outbox rows published"):
+        with store_errors("mark outbox rows published"):
             if keep:
                 return strategy.keep_published(claim, ids, now=now, alias=alias)
             return strategy.delete_published(claim, ids, alias=alias)
@@ -165,20 +133,20 @@ class DjangoOutboxStore(OutboxStore):
         using: str | None = None,
     ) -> int:
         """Count a failed publish and release the rows: one ``UPDATE``."""
-        alias = _alias(using)
+        alias = alias_of(using)
         if not ids:
             return 0
-        with _store_errors("record a failed publish"):
+        with store_errors("record a failed publish"):
             return strategy_for(alias).record_failure(
                 claim, ids, error=error, retry_at=retry_at, alias=alias
             )
 
     def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:
         """Make rows pending and due now; a failed row gets a fresh attempt budget."""
-        alias, ids = _alias(using), list(ids)
+        alias, ids = alias_of(using), list(ids)
         if not ids:
             return 0
-        with _store_errors("reset outbox rows"):
+        with store_errors("reset outbox rows"):
             return strategy_for(alias).reset(ids, now=now, alias=alias)
 
     def sweep_aliases(self) -> Sequence[str | None]:
@@ -187,17 +155,17 @@ class DjangoOutboxStore(OutboxStore):
 
     def count_by_status(self, *, using: str | None = None) -> Mapping[MessageStatus, int]:
         """Rows per status, every status present."""
-        alias = _alias(using)
-        _refresh_connection(alias)
-        with _store_errors("count outbox rows"):
+        alias = alias_of(using)
+        refresh_connection(alias)
+        with store_errors("count outbox rows"):
             counts = messages(alias).counts_by_status()
         return {status: counts.get(status.value, 0) for status in MessageStatus}
 
     def oldest_pending(self, *, using: str | None = None) -> datetime | None:
         """``created_at`` of the oldest pending row."""
-        alias = _alias(using)
-        _refresh_connection(alias)
-        with _store_errors("read the oldest pending row"):
+        alias = alias_of(using)
+        refresh_connection(alias)
+        with store_errors("read the oldest pending row"):
             return messages(alias).oldest_pending_created_at()
 
     def purge(
@@ -209,9 +177,9 @@ class DjangoOutboxStore(OutboxStore):
         using: str | None = None,
     ) -> int:
         """Delete up to ``limit`` old rows in ``statuses``: two statements."""
-        alias, values = _alias(using), [MessageStatus(s).value for s in statuses]
-        _refresh_connection(alias)
-        with _store_errors("purge outbox rows"):
+        alias, values = alias_of(using), [MessageStatus(s).value for s in statuses]
+        refresh_connection(alias)
+        with store_errors("purge outbox rows"):
             return strategy_for(alias).purge(
                 statuses=values, older_than=older_than, limit=limit, alias=alias
             )
@@ -219,26 +187,26 @@ class DjangoOutboxStore(OutboxStore):
     # -- deliveries --------------------------------------------------------------------
     def record_delivery(self, task_id: str, *, now: datetime, using: str | None = None) -> int:
         """Add one to the task's delivery count (2 on its first redelivery); committed."""
-        with _store_errors("count a redelivery"):
-            return letters.record_delivery(task_id, now=now, alias=_alias(using))
+        with store_errors("count a redelivery"):
+            return letters.record_delivery(task_id, now=now, alias=alias_of(using))
 
     def forget_deliveries(self, task_id: str, *, using: str | None = None) -> None:
         """Drop the task's delivery count (a no-op without one)."""
-        with _store_errors("clear a delivery count"):
-            letters.forget_deliveries(task_id, alias=_alias(using))
+        with store_errors("clear a delivery count"):
+            letters.forget_deliveries(task_id, alias=alias_of(using))
 
     # -- dead letters -------------------------------------------------------------------
     def add_dead_letter(self, letter: NewDeadLetter, *, using: str | None = None) -> int:
         """Write a dead letter in the caller's transaction (at once outside one)."""
-        with _store_errors("write a dead letter"):
-            return letters.add_dead_letter(letter, alias=_alias(using))
+        with store_errors("write a dead letter"):
+            return letters.add_dead_letter(letter, alias=alias_of(using))
 
     def get_dead_letter(
         self, letter_id: int, *, using: str | None = None
     ) -> StoredDeadLetter | None:
         """The dead letter with that id, or ``None``."""
-        with _store_errors("read a dead letter"):
-            return letters.get_dead_letter(letter_id, alias=_alias(using))
+        with store_errors("read a dead letter"):
+            return letters.get_dead_letter(letter_id, alias=alias_of(using))
 
     def requeue_dead_letter(
         self,
@@ -250,14 +218,14 @@ class DjangoOutboxStore(OutboxStore):
         using: str | None = None,
     ) -> tuple[str, int | None]:
         """Add ``message`` and mark the letter ``requeued``, in one transaction."""
-        alias = _alias(using)
+        alias = alias_of(using)
         insert = functools.partial(strategy_for(alias).insert, alias=alias)
-        with _store_errors("requeue a dead letter"):
+        with store_errors("requeue a dead letter"):
             return letters.requeue_dead_letter(
                 letter_id, message, insert, by=by, now=now, alias=alias
             )
 
     def discard_dead_letter(self, letter_id: int, *, using: str | None = None) -> bool:
         """Mark a ``dead`` letter ``discarded``: one ``UPDATE``."""
-        with _store_errors("discard a dead letter"):
-            return letters.discard_dead_letter(letter_id, alias=_alias(using))
+        with store_errors("discard a dead letter"):
+            return letters.discard_dead_letter(letter_id, alias=alias_of(using))

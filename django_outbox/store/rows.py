@@ -17,8 +17,14 @@ from django.db.models import Field
 
 from celery_outbox import rows as core
 from celery_outbox.clock import utcnow
-from celery_outbox.records import NewDeadLetter, NewMessage, StoredDeadLetter, StoredMessage
-from django_outbox.models import DeadLetter, OutboxMessage
+from celery_outbox.records import (
+    NewDeadLetter,
+    NewMessage,
+    StoredCompletion,
+    StoredDeadLetter,
+    StoredMessage,
+)
+from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage
 
 #: Columns a new outbox row is written with (``id`` comes from the database).
 NEW_MESSAGE_FIELDS = (
@@ -79,3 +85,13 @@ def new_dead_letter(letter: NewDeadLetter) -> DeadLetter:
 def stored_dead_letter(row: DeadLetter) -> StoredDeadLetter:
     """The record of a dead letter row."""
     return core.stored_letter(row)
+
+
+def stored_completion(row: CompletedTask) -> StoredCompletion:
+    """The record of a ``CompletedTask`` row."""
+    return StoredCompletion(
+        task_id=row.task_id,
+        task_name=row.task_name,
+        completed_at=row.completed_at,
+        result=row.result,
+    )

@@ -23,6 +23,14 @@ PostgreSQL and SQLite 3.35+
     ``INSERT ... ON CONFLICT (task_id) WHERE status = 'pending' DO NOTHING RETURNING id``:
     unlike catching an ``IntegrityError`` it never aborts the caller's PostgreSQL
     transaction.
+
+PostgreSQL, SQLite and MySQL/MariaDB
+    :func:`insert_completion` inserts an atomic task's ``CompletedTask`` row unless its
+    task id has one: ``INSERT ... ON CONFLICT (task_id) DO NOTHING`` (PostgreSQL,
+    SQLite), ``INSERT IGNORE`` (MySQL/MariaDB; the values are checked before, so it
+    only ignores the duplicate key). A concurrent, uncommitted insert of the same task id
+    makes it wait on the key until that transaction ends. :func:`set_result` writes the
+    run's result just before the commit (both run once per atomic task).
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from celery_outbox.records import OUTBOX_TABLE, MessageStatus, NewMessage
+from celery_outbox.records import COMPLETED_TABLE, OUTBOX_TABLE, MessageStatus, NewMessage
 from django_outbox.models import OutboxMessage
 from django_outbox.store import rows as convert
 
@@ -73,6 +81,20 @@ _ASYNC_COMMIT = " AND (SELECT set_config('synchronous_commit', 'off', true)) IS 
 
 #: The upsert statement per database vendor (quoting is the vendor's).
 _UPSERT: dict[str, str] = {}
+
+_COMPLETION = (
+    f"{COMPLETED_TABLE} (task_id, task_name, completed_at, result) VALUES (%s, %s, %s, NULL)"
+)
+_DO_NOTHING = f"INSERT INTO {_COMPLETION} ON CONFLICT (task_id) DO NOTHING"
+#: The insert-or-nothing of a ``CompletedTask`` row per vendor (the names need no quoting).
+_INSERT_COMPLETION = {
+    "postgresql": _DO_NOTHING,
+    "sqlite": _DO_NOTHING,
+    "mysql": f"INSERT IGNORE INTO {_COMPLETION}",
+}
+_SET_RESULT = f"UPDATE {COMPLETED_TABLE} SET result = %s WHERE task_id = %s"
+#: Vendors :func:`insert_completion` has a statement for.
+COMPLETION_VENDORS = frozenset(_INSERT_COMPLETION)
 
 
 def claim_ids(
@@ -153,3 +175,19 @@ def _upsert_sql(connection: Any) -> str:
             f"'{MessageStatus.PENDING.value}' DO NOTHING RETURNING {quote('id')}"
         )
     return sql
+
+
+def insert_completion(task_id: str, task_name: str, *, now: datetime, alias: str) -> bool:
+    """Insert ``task_id``'s ``CompletedTask`` row (``result`` NULL) unless it has one;
+    whether it did. Waits while another transaction holds the same task id."""
+    connection = connections[alias]
+    params = [task_id, task_name, connection.ops.adapt_datetimefield_value(now)]
+    with transaction.mark_for_rollback_on_error(using=alias), connection.cursor() as cursor:
+        cursor.execute(_INSERT_COMPLETION[connection.vendor], params)
+        return bool(cursor.rowcount == 1)
+
+
+def set_result(task_id: str, result: str, *, alias: str) -> None:
+    """Write ``result`` into ``task_id``'s ``CompletedTask`` row (one ``UPDATE``)."""
+    with transaction.mark_for_rollback_on_error(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(_SET_RESULT, [result, task_id])

@@ -146,10 +146,11 @@ class DjangoHarness(Harness):
         return stored_message(OutboxMessage.objects.get(pk=row_id))
 
     def clear(self) -> None:
-        from django_outbox.models import DeadLetter, OutboxMessage
+        from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage
 
         OutboxMessage.objects.all().delete()
         DeadLetter.objects.all().delete()
+        CompletedTask.objects.all().delete()
 
     def in_thread(self, work: Callable[[], T]) -> T:
         from django.db import connections

@@ -3,11 +3,13 @@
 The databases come from the environment, so a subprocess uses the very database the test
 prepared: ``OUTBOX_DJANGO_DB_URL`` (alias ``default``) and, optionally,
 ``OUTBOX_DJANGO_OTHER_DB_URL`` (alias ``other``). URLs are ``postgresql://``,
-``mysql://`` (through PyMySQL) or ``sqlite:///path``.
+``mysql://`` (through PyMySQL) or ``sqlite:///path``. ``OUTBOX_DJANGO_DB_OPTIONS`` (JSON)
+adds to the ``OPTIONS`` of ``default`` (e.g. ``{"isolation_level": "repeatable read"}``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -60,5 +62,8 @@ TIME_ZONE = "UTC"
 INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_outbox"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DATABASES = {"default": database(os.environ.get("OUTBOX_DJANGO_DB_URL", "sqlite:///:memory:"))}
+DATABASES["default"].setdefault("OPTIONS", {}).update(
+    json.loads(os.environ.get("OUTBOX_DJANGO_DB_OPTIONS", "{}"))
+)
 if os.environ.get("OUTBOX_DJANGO_OTHER_DB_URL"):
     DATABASES["other"] = database(os.environ["OUTBOX_DJANGO_OTHER_DB_URL"])

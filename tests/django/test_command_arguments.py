@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 
 from celery_outbox.records import DeadLetterStatus, MessageStatus
 from django_outbox.management.commands.outbox import Command
-from django_outbox.models import DeadLetter, OutboxMessage
+from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage
 from tests.django.admin_app import APP_PATH, make_letter
 
 pytestmark = pytest.mark.django_db
@@ -82,6 +82,23 @@ def test_purge_dry_run_counts_and_deletes_nothing(rows: list[str]) -> None:
         "default: purged 1 row(s)\n"
     )
     assert "old-published" not in task_ids()
+
+
+def test_purge_completed_dry_run_counts_and_deletes_nothing(rows: list[str]) -> None:
+    now = datetime.now(timezone.utc)
+    for task_id, age in (("old", 2 * WEEK), ("new", timedelta(minutes=1))):
+        CompletedTask.objects.create(task_id=task_id, task_name="t", completed_at=now - age)
+    report = outbox("purge", "--completed", "--older-than", str(WEEK.total_seconds()), "--dry-run")
+    assert report.startswith("default: would purge 1 completed task(s) completed before ")
+    assert report.endswith(" (dry run)\n")
+    assert CompletedTask.objects.count() == 2
+    assert task_ids() == rows
+
+
+def test_purge_completed_with_a_status_is_refused(rows: list[str]) -> None:
+    with pytest.raises(CommandError, match=r"--completed: not allowed with argument --status"):
+        outbox("purge", "--older-than", "0", "--status", "published", "--completed")
+    assert task_ids() == rows
 
 
 @pytest.mark.parametrize("batch", ["0", "-5", "1e3", "100001"])

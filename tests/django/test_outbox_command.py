@@ -25,7 +25,7 @@ from celery_outbox.envelope import build_message
 from celery_outbox.records import MessageStatus
 from celery_outbox.state import reset
 from django_outbox.management.outbox_commands import subcommands
-from django_outbox.models import OutboxMessage
+from django_outbox.models import CompletedTask, OutboxMessage
 from django_outbox.store import DjangoOutboxStore
 from tests.django import outbox_command_app
 from tests.django.admin_app import make_letter
@@ -115,6 +115,8 @@ def test_status_counts_rows_dead_letters_and_the_oldest_pending_age(use_app: Any
     assert report["messages"] == {"pending": 2, "published": 0, "failed": 1}
     assert 90 <= report["oldest_pending_age"] < 120
     assert report["dead_letters"] == {"dead": 1, "requeued": 0, "discarded": 1}
+    assert report["completed_tasks"] == 0
+    assert "completed atomic tasks: 0" in text
     assert "pending" in text
     assert "oldest pending: 9" in text
     assert "dead letters: dead 1, requeued 0, discarded 1" in text
@@ -185,6 +187,17 @@ def test_a_sweep_purges_old_published_rows_as_the_beat_sweep_does(use_app: Any) 
     assert "purged 3" in out, out
     assert list(OutboxMessage.objects.values_list("task_id", flat=True)) == recent
     assert not OutboxMessage.objects.filter(task_id__in=old).exists()
+
+
+def test_a_sweep_purges_completed_tasks_past_outbox_keep_completed(use_app: Any) -> None:
+    use_app("memory://", "sweep-completed-q", outbox_keep_completed=3600)
+    completed_tasks(3, completed_at=now() - timedelta(days=2), prefix="old")
+    completed_tasks(1, completed_at=now() - timedelta(minutes=5), prefix="recent")
+
+    out = outbox("sweep")
+
+    assert out.endswith(", purged 3 completed task(s)\n"), out
+    assert list(CompletedTask.objects.values_list("task_id", flat=True)) == ["recent-0"]
 
 
 # -- relay ---------------------------------------------------------------------------------
@@ -267,6 +280,34 @@ def test_purge_deletes_old_rows_of_the_given_status_in_batches(use_app: Any) -> 
         "new-published-0",
         "old-pending-0",
     ]
+
+
+def completed_tasks(count: int, *, completed_at: datetime, prefix: str) -> None:
+    """``count`` CompletedTask rows completed at ``completed_at``, committed."""
+    store = DjangoOutboxStore()
+    for n in range(count):
+        with store.complete_once(f"{prefix}-{n}", "tests.atomic", now=completed_at):
+            pass
+
+
+def test_status_counts_and_purge_deletes_completed_tasks_in_batches(use_app: Any) -> None:
+    use_app("memory://", "purge-completed-q")
+    completed_tasks(5, completed_at=now() - timedelta(days=2), prefix="old")
+    completed_tasks(2, completed_at=now(), prefix="new")
+    committed_rows(use_app("memory://", "purge-completed-q"), 1, created_at=now() - LONG_AGO)
+    OutboxMessage.objects.update(status=MessageStatus.PUBLISHED.value)
+    assert json.loads(outbox("status", "--json"))["default"]["completed_tasks"] == 7
+    assert "completed atomic tasks: 7" in outbox("status")
+
+    assert outbox("purge", "--completed", "--older-than", "86400", "--batch", "2") == (
+        "default: purged 5 completed task(s)\n"
+    )
+    assert sorted(CompletedTask.objects.values_list("task_id", flat=True)) == ["new-0", "new-1"]
+    assert OutboxMessage.objects.count() == 1  # --completed leaves the outbox rows alone
+    assert outbox("purge", "--completed", "--older-than", "0") == (
+        "default: purged 2 completed task(s)\n"
+    )
+    assert json.loads(outbox("status", "--json"))["default"]["completed_tasks"] == 0
 
 
 # -- errors --------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""``outbox status``: rows by state, the oldest pending row's age, and the dead letters."""
+"""``outbox status``: rows by state, the oldest pending row's age, the dead letters, and the
+completed atomic tasks (``CompletedTask`` rows)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ from django_outbox.management.outbox_commands._context import (
     load_context,
 )
 
-HELP = "Count outbox rows by state and dead letters by status; show the oldest pending age."
+HELP = (
+    "Count outbox rows by state, dead letters by status and completed atomic tasks; "
+    "show the oldest pending age."
+)
 
 
 def add_arguments(parser: ArgumentParser) -> None:
@@ -37,7 +41,8 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
 
 
 def status_of(store: OutboxStore, alias: str) -> dict[str, Any]:
-    """Counts, oldest pending age (seconds) and dead letters of database ``alias``."""
+    """Counts, oldest pending age (seconds), dead letters and completed atomic tasks of
+    database ``alias``."""
     counts = store.count_by_status(using=alias)
     oldest = store.oldest_pending(using=alias)
     return {
@@ -46,6 +51,7 @@ def status_of(store: OutboxStore, alias: str) -> dict[str, Any]:
         if oldest is None
         else round((utcnow() - oldest).total_seconds(), 3),
         "dead_letters": dead_letter_counts(alias),
+        "completed_tasks": store.count_completed(using=alias),
     }
 
 
@@ -66,4 +72,5 @@ def format_status(alias: str, status: dict[str, Any]) -> str:
     lines.append(f"  oldest pending: {'-' if age is None else f'{age:.1f} s ago'}")
     letters = ", ".join(f"{s} {n}" for s, n in status["dead_letters"].items())
     lines.append(f"  dead letters: {letters}")
+    lines.append(f"  completed atomic tasks: {status['completed_tasks']}")
     return "\n".join(lines)

@@ -1,7 +1,8 @@
 """``outbox sweep``: one pass of the sweeper over every outbox database.
 
 It does what the beat sweep does: publish the due rows, then (with
-``outbox_keep_published`` > 0) delete one batch of published rows older than that.
+``outbox_keep_published`` > 0) delete one batch of published rows older than that, and
+one batch of ``CompletedTask`` rows older than ``outbox_keep_completed``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from django_outbox.management.outbox_commands._context import (
     load_context,
 )
 
-HELP = "Publish the due rows left behind and purge old published rows (one sweep, as beat does)."
+HELP = (
+    "Publish the due rows left behind, purge old published rows and completed atomic tasks "
+    "(one sweep, as beat does)."
+)
 
 
 def add_arguments(parser: ArgumentParser) -> None:
@@ -29,11 +33,18 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     sweeper = context.sweeper()
     try:
         for alias in context.aliases:
-            report = sweeper.sweep(alias) + sweeper.purge_expired(alias)
+            report = (
+                sweeper.sweep(alias) + sweeper.purge_expired(alias) + sweeper.purge_completed(alias)
+            )
             command.stdout.write(
                 f"{alias_name(alias)}: published {report.published}, rescheduled "
                 f"{report.rescheduled}, failed {report.failed} in {report.batches} batch(es)"
                 + (f", purged {report.purged}" if context.config.keep_published else "")
+                + (
+                    f", purged {report.purged_completed} completed task(s)"
+                    if report.purged_completed
+                    else ""
+                )
                 + (" (time budget spent; rows left)" if report.more else "")
             )
     finally:

@@ -1,0 +1,71 @@
+"""What every method of the Django store shares: the alias a call works on, and how a
+database error leaves it.
+
+``using=None`` means the alias of the atomic task running in this context
+(:meth:`~django_outbox.store.completions.DjangoCompletions.complete_once` binds it),
+else ``"default"``: a task dispatched from an atomic task's body joins the body's
+transaction whatever database it runs on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, DataError, IntegrityError, connections
+
+from celery_outbox.exceptions import StoreDataError, StoreError
+
+#: The alias of the atomic task whose transaction is open in this context.
+_RUNNING: ContextVar[str | None] = ContextVar("django_outbox_atomic_alias", default=None)
+
+
+def alias_of(using: str | None) -> str:
+    """``using``, else the running atomic task's alias, else ``"default"``."""
+    return using or _RUNNING.get() or DEFAULT_DB_ALIAS
+
+
+@contextlib.contextmanager
+def running_on(alias: str) -> Iterator[None]:
+    """Make ``alias`` what ``using=None`` means inside the block (an atomic task's run)."""
+    token = _RUNNING.set(alias)
+    try:
+        yield
+    finally:
+        _RUNNING.reset(token)
+
+
+def _never(exc: BaseException) -> bool:
+    return False
+
+
+@contextlib.contextmanager
+def store_errors(
+    action: str, *, unless: Callable[[BaseException], bool] = _never
+) -> Iterator[None]:
+    """Raise a database error as ``StoreError``, a refused value as ``StoreDataError``
+    (never swallowed: the caller's transaction still rolls back).
+
+    An error ``unless`` accepts (a task body's own) leaves unchanged.
+    """
+    try:
+        yield
+    except (DataError, IntegrityError) as exc:  # a value the database refuses: not an outage
+        if unless(exc):
+            raise
+        raise StoreDataError(f"celery-outbox could not {action}: {exc}") from exc
+    except DatabaseError as exc:
+        if unless(exc):
+            raise
+        raise StoreError(f"celery-outbox could not {action}: {exc}") from exc
+
+
+def refresh_connection(alias: str) -> None:
+    """``close_old_connections()`` for one alias, for batch work outside a request.
+
+    Never inside an atomic block: Django would close the connection in the middle of it.
+    """
+    connection = connections[alias]
+    if not connection.in_atomic_block:
+        connection.close_if_unusable_or_obsolete()
