@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from tests.reliability.harness import (
     done_tally,
     expected_count,
     expected_keys,
+    quiescent,
     settle,
     start_producer,
     swept_rows,
@@ -36,6 +38,8 @@ pytestmark = pytest.mark.slow
 TARGET_TASKS = 1000
 #: Every fourth producer is killed from outside instead of killing itself after commit.
 EXTERNAL_KILL_EVERY = 4
+#: Seconds the worker gets, once nothing is left to publish or queued, to finish its last task.
+QUIET_SECONDS = 1.0
 
 
 def test_producer_sigkilled_after_commit_loses_nothing(
@@ -81,7 +85,10 @@ def test_producer_sigkilled_after_commit_loses_nothing(
 
     expected = expected_keys(engine)
     settle(lambda: not done_tally(env, expected).lost, timeout=120)
-    settle(lambda: False, timeout=6)  # a lease (5 s) may still be out: let its duplicate show
+    # A lease (5 s) may still be out: wait until no row is pending and the queue is empty,
+    # then for the task the worker may be running, so a duplicate it causes shows.
+    settle(lambda: quiescent(env, engine), timeout=30)
+    time.sleep(QUIET_SECONDS)
     tally = done_tally(env, expected)
     record_result(
         "producer_sigkill_after_commit",
