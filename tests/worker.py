@@ -23,7 +23,7 @@ from typing import IO, Literal
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: Celery logs this at INFO level once the consumer is consuming.
-READY_LINE = re.compile(r"\] \S+@\S+ ready\.")
+READY_LINE = re.compile(r"\] (\S+@\S+) ready\.")
 
 Pool = Literal["solo", "prefork", "threads"]
 
@@ -87,6 +87,13 @@ class WorkerProcess:
     def log_text(self) -> str:
         """Everything the worker wrote to stdout and stderr so far."""
         return self.log_path.read_text(errors="replace")
+
+    def nodename(self) -> str:
+        """The worker's node name (``name@host``), as its ready line gives it."""
+        found = READY_LINE.search(self.log_text())
+        if found is None:
+            raise WorkerStartError(f"the worker never logged that it was ready:\n{self.log_text()}")
+        return found.group(1)
 
     def is_running(self) -> bool:
         """Whether the main process has not exited yet."""
