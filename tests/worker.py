@@ -28,7 +28,12 @@ READY_LINE = re.compile(r"\] (\S+@\S+) ready\.")
 Pool = Literal["solo", "prefork", "threads"]
 
 #: Seconds a worker gets to finish a warm shutdown at teardown before its group is killed.
-TEARDOWN_GRACE = 2.0
+#: The test is over and its queue is deleted next: an idle solo worker exits well within it
+#: (tests.worker_main), a prefork pool's own shutdown sleeps ~1.5 s and is cut short.
+TEARDOWN_GRACE = 1.0
+#: Seconds a :class:`SharedWorker` gets to finish a warm shutdown before a new one replaces
+#: it: the module goes on with the same queue, so its tasks must finish, not be killed.
+SWITCH_GRACE = 2.0
 
 
 class WorkerStartError(RuntimeError):
@@ -278,7 +283,7 @@ class SharedWorker:
             (name, value) for name, value in options.items() if name != "env"
         )))  # fmt: skip
         if self._worker is not None and (key != self._key or not self._worker.is_running()):
-            self._worker.stop(timeout=TEARDOWN_GRACE)
+            self._worker.stop(timeout=SWITCH_GRACE)
             self._worker = None
         if self._worker is None:
             self._key = None
