@@ -25,6 +25,11 @@ from benchmarks.processes import Child, start_worker, wait_until
 #: grows the heap for the first ~500 retries and then stays flat, so the baseline is
 #: read after 1,000.
 WARM_UP = 1000
+#: Seconds after the last first attempt before RSS is read (the last retries reach the
+#: worker or the table), and how many RSS samples are then read 0.3 s apart (the largest
+#: counts). ``--quick`` waits less and samples twice: it checks the harness, not the bytes.
+SETTLE = 2.0
+RSS_SAMPLES = 5
 
 
 def _outbox_table_bytes() -> int:
@@ -52,31 +57,36 @@ def _dispatch(plain: bool, first: int, count: int) -> None:
                 outbox_retry_long.delay(i)
 
 
-def _settle(worker: Child, ran: int, *, timeout: float) -> int:
+def _settle(worker: Child, ran: int, *, timeout: float, settle: float, samples: int) -> int:
     """Wait until ``ran`` tasks ran once and the queue is empty; then RSS once it is stable."""
     wait_until(
         lambda: env.counter("ran") >= ran and env.queue_length() == 0,
         timeout=timeout,
         what=f"{ran} first attempts",
     )
-    time.sleep(2.0)  # the last retries reach the worker (plain) or the table (outbox)
-    samples = []
-    for _ in range(5):
-        samples.append(worker.rss_bytes())
+    time.sleep(settle)  # the last retries reach the worker (plain) or the table (outbox)
+    rss = []
+    for _ in range(samples):
+        rss.append(worker.rss_bytes())
         time.sleep(0.3)
-    return max(samples)
+    return max(rss)
 
 
-def _side(plain: bool, retries: int, warm_up: int) -> dict[str, float]:
+def _side(
+    plain: bool, retries: int, warm_up: int, *, settle: float, samples: int
+) -> dict[str, float]:
     env.reset_outbox()
     env.purge_broker()
     worker = start_worker(pool="solo", concurrency=1, env={"BENCH_PREFETCH": "1"})
     try:
         table_before = _outbox_table_bytes()
         _dispatch(plain, 0, warm_up)
-        before = _settle(worker, warm_up, timeout=120)
+        before = _settle(worker, warm_up, timeout=120, settle=settle, samples=samples)
         _dispatch(plain, warm_up, retries)
-        after = _settle(worker, warm_up + retries, timeout=60 + retries * 0.05)
+        timeout = 60 + retries * 0.05
+        after = _settle(worker, warm_up + retries, timeout=timeout, settle=settle, samples=samples)
+        if not plain:  # every retry parked: its row is written right after its attempt
+            wait_until(lambda: _parked_rows() >= warm_up + retries, timeout=30, what="parked rows")
         rows = _parked_rows()
         result = {
             "rss_before": before,
@@ -101,14 +111,16 @@ def _parked_rows() -> int:
     return int(OutboxMessage.objects.filter(status="pending").count())
 
 
-def run(*, retries: int, warm_up: int = WARM_UP) -> list[dict[str, Any]]:
+def run(
+    *, retries: int, warm_up: int = WARM_UP, settle: float = SETTLE, samples: int = RSS_SAMPLES
+) -> list[dict[str, Any]]:
     """One result row: worker bytes per pending retry, plain ETA vs parked.
 
     ``warm_up`` tasks run before the baseline (``WARM_UP`` for a measurement; ``--quick``
-    runs fewer, as a harness check).
+    runs fewer, and settles and samples less, as a harness check).
     """
-    plain = _side(True, retries, warm_up)
-    ours = _side(False, retries, warm_up)
+    plain = _side(True, retries, warm_up, settle=settle, samples=samples)
+    ours = _side(False, retries, warm_up, settle=settle, samples=samples)
     return [
         {
             "benchmark": "retry memory",

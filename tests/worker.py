@@ -23,12 +23,17 @@ from typing import IO, Literal
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: Celery logs this at INFO level once the consumer is consuming.
-READY_LINE = re.compile(r"\] \S+@\S+ ready\.")
+READY_LINE = re.compile(r"\] (\S+@\S+) ready\.")
 
 Pool = Literal["solo", "prefork", "threads"]
 
 #: Seconds a worker gets to finish a warm shutdown at teardown before its group is killed.
-TEARDOWN_GRACE = 2.0
+#: The test is over and its queue is deleted next: an idle solo worker exits well within it
+#: (tests.worker_main), a prefork pool's own shutdown sleeps ~1.5 s and is cut short.
+TEARDOWN_GRACE = 1.0
+#: Seconds a :class:`SharedWorker` gets to finish a warm shutdown before a new one replaces
+#: it: the module goes on with the same queue, so its tasks must finish, not be killed.
+SWITCH_GRACE = 2.0
 
 
 class WorkerStartError(RuntimeError):
@@ -87,6 +92,13 @@ class WorkerProcess:
     def log_text(self) -> str:
         """Everything the worker wrote to stdout and stderr so far."""
         return self.log_path.read_text(errors="replace")
+
+    def nodename(self) -> str:
+        """The worker's node name (``name@host``), as its ready line gives it."""
+        found = READY_LINE.search(self.log_text())
+        if found is None:
+            raise WorkerStartError(f"the worker never logged that it was ready:\n{self.log_text()}")
+        return found.group(1)
 
     def is_running(self) -> bool:
         """Whether the main process has not exited yet."""
@@ -271,7 +283,7 @@ class SharedWorker:
             (name, value) for name, value in options.items() if name != "env"
         )))  # fmt: skip
         if self._worker is not None and (key != self._key or not self._worker.is_running()):
-            self._worker.stop(timeout=TEARDOWN_GRACE)
+            self._worker.stop(timeout=SWITCH_GRACE)
             self._worker = None
         if self._worker is None:
             self._key = None

@@ -27,6 +27,10 @@ from tests.worker import SharedWorker, WorkerProcess, WorkerStartError, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]
 
+#: Seconds the parked task asks to wait: well above ``outbox_park_after`` (1 s), and long
+#: enough for the checks made while it is parked (a targeted inspect answers in ms).
+PARKED_WAIT = 3.0
+
 
 @dataclass
 class Run:
@@ -154,7 +158,7 @@ def test_long_wait_is_parked_off_the_broker_and_worker(run: Run, tmp_path: Path)
     worker = run.start(
         {"outbox_park_after": 1.0}, extra_args=("-B", "-s", str(tmp_path / "beat-schedule"))
     )
-    result = run.app.tasks["retry.parked"].delay("w", 6.0)
+    result = run.app.tasks["retry.parked"].delay("w", PARKED_WAIT)
     first = run.wait_attempts("retry.parked", 1)[0]
     wait_for(
         lambda: OutboxMessage.objects.filter(task_id=result.id).exists(),
@@ -163,11 +167,11 @@ def test_long_wait_is_parked_off_the_broker_and_worker(run: Run, tmp_path: Path)
     )
     row = OutboxMessage.objects.get(task_id=result.id)
     assert row.status == MessageStatus.PENDING.value
-    assert row.available_at.timestamp() - first["at"] >= 5.5
+    assert row.available_at.timestamp() - first["at"] >= PARKED_WAIT - 0.5
     assert queue_length(run) == 0
     assert scheduled(run.app, worker) == []  # the worker holds no ETA for it
     tries = run.wait_attempts("retry.parked", 2, timeout=30)
-    assert tries[1]["at"] - first["at"] >= 5.9
+    assert tries[1]["at"] - first["at"] >= PARKED_WAIT - 0.1
     assert tries[1]["retries"] == 1
     wait_for(
         lambda: not OutboxMessage.objects.filter(task_id=result.id).exists(),
@@ -290,7 +294,9 @@ def queue_length(run: Run) -> int:
 
 def scheduled(app: Celery, worker: WorkerProcess) -> list[Any]:
     """The ETA tasks the worker holds, from ``celery inspect scheduled``."""
-    replies = app.control.inspect(timeout=3.0).scheduled() or {}
+    # Only this worker is asked, and its reply ends the wait (not the full timeout).
+    inspect = app.control.inspect(destination=[worker.nodename()], timeout=3.0, limit=1)
+    replies = inspect.scheduled() or {}
     assert replies, f"no worker answered inspect (log: {worker.log_text()[-2000:]})"
     return [task for tasks in replies.values() for task in tasks]
 

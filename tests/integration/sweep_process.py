@@ -2,8 +2,9 @@
 
 ``python -m tests.integration.sweep_process [--go FILE] [--publish-delay S]`` sweeps the
 database of :mod:`tests.integration.sweep_app` (``OUTBOX_TEST_*`` variables) until a sweep
-finds nothing, then prints its totals as one JSON line. It prints ``claimed N`` as soon as
-it holds a batch, so a test can kill it mid-batch.
+finds nothing, then prints its totals as one JSON line. With ``--go`` it prints ``ready``
+first, once set up; it prints ``claimed N`` as soon as it holds a batch, so a test can kill
+it mid-batch.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def main(argv: list[str]) -> None:
         config=OutboxConfig.from_celery(app),
         budget=timedelta(minutes=10),
     )
+    if args.go:
+        print("ready", flush=True)  # imported and set up: the test may say go
     while args.go and not args.go.exists():
         time.sleep(0.005)
     total = SweepReport()

@@ -27,7 +27,7 @@ from tests.integration.test_sweep import LONG_AGO, start_sweeper_process
 pytestmark = pytest.mark.slow
 
 SWEEPERS = 4
-ROWS = 20_000
+ROWS = 10_000  # 20 batches of 500 for four racing sweepers
 KEPT_ROWS = 1_000_000
 
 
@@ -64,13 +64,15 @@ def test_four_sweepers_at_once_publish_each_row_exactly_once(
         "OUTBOX_TEST_DB": outbox_db,
     }
     sweepers = [start_sweeper_process(env, "--go", str(go)) for _ in range(SWEEPERS)]
-    time.sleep(2.0)  # let all four import and connect before they race
+    for process in sweepers:  # all four imported and set up before they race
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
     started = time.monotonic()
     go.touch()
     reports = [_report_of(process) for process in sweepers]
     elapsed = time.monotonic() - started
 
-    seen = drain_task_ids(broker_url, broker_queue, idle=2.0)
+    seen = drain_task_ids(broker_url, broker_queue)  # every sweeper exited: all are queued
     shares = [r["published"] for r in reports]
     print(
         f"\n{SWEEPERS} sweepers, {ROWS} rows in {elapsed:.1f} s: published {shares} "

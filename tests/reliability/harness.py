@@ -14,6 +14,9 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from celery_outbox.records import MessageStatus
+from celery_outbox.sqlalchemy import outbox_table
+from tests.integration.sweep_support import queued_count
 from tests.reliability import ledger
 from tests.reliability.app import expected_table
 from tests.worker import REPO_ROOT, WorkerProcess, worker_env
@@ -58,6 +61,24 @@ def expected_count(engine: Engine) -> int:
     """How many dispatches committed."""
     with engine.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(expected_table)).scalar_one())
+
+
+def pending_rows(engine: Engine) -> int:
+    """Outbox rows still pending: a sweep may publish them (again, if their lease runs out)."""
+    pending = outbox_table.c.status == MessageStatus.PENDING.value
+    with engine.connect() as conn:
+        query = select(func.count()).select_from(outbox_table).where(pending)
+        return int(conn.execute(query).scalar_one())
+
+
+def quiescent(env: ScenarioEnv, engine: Engine) -> bool:
+    """Nothing more can run: no outbox row is pending and the task queue is empty.
+
+    A row published and then swept again (its producer was killed between the publish and
+    the mark) shows as a duplicate only once its lease ran out and a sweep published it;
+    after this is true, no sweep publishes anything and the worker has every message.
+    """
+    return pending_rows(engine) == 0 and queued_count(env.broker, env.queue) == 0
 
 
 def done_tally(env: ScenarioEnv, expected: set[str]) -> ledger.Tally:

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 TASKS = 8
 #: Seconds each task sleeps: long enough to be killed in the middle.
-TASK_SECONDS = 1.5
+TASK_SECONDS = 1.0
 #: Pool children killed mid-task in the ``pool-child`` variant.
 CHILD_KILLS = 3
 
