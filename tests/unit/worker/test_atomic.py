@@ -52,27 +52,27 @@ def tasks(app: Celery, store: InMemoryOutboxStore, effects: list[Any]) -> dict[s
     """``add`` writes a follow-up and returns its argument; ``boom`` fails after a
     dispatch; ``again`` calls ``self.retry()``; ``odd`` returns an unserialisable value."""
 
-    @app.task(base=OutboxTask, name="atomic.follow", shared=False)
+    @app.task(base=OutboxTask, name="unit_atomic.follow", shared=False)
     def follow(n: int) -> None:
         effects.append(("follow", n))
 
-    @app.task(base=OutboxTask, name="atomic.add", shared=False, atomic=True)
+    @app.task(base=OutboxTask, name="unit_atomic.add", shared=False, atomic=True)
     def add(n: int) -> int:
         effects.append(("add", n))
         follow.delay(n)
         return n
 
-    @app.task(base=OutboxTask, name="atomic.boom", shared=False, atomic=True)
+    @app.task(base=OutboxTask, name="unit_atomic.boom", shared=False, atomic=True)
     def boom(n: int) -> None:
         follow.delay(n)
         raise ValueError("boom")
 
-    @app.task(base=OutboxTask, name="atomic.again", shared=False, atomic=True, bind=True)
+    @app.task(base=OutboxTask, name="unit_atomic.again", shared=False, atomic=True, bind=True)
     def again(self: OutboxTask, n: int) -> None:
         follow.delay(n)
         raise self.retry(countdown=1)
 
-    @app.task(base=OutboxTask, name="atomic.odd", shared=False, atomic=True)
+    @app.task(base=OutboxTask, name="unit_atomic.odd", shared=False, atomic=True)
     def odd() -> object:
         follow.delay(0)
         return object()
@@ -81,7 +81,7 @@ def tasks(app: Celery, store: InMemoryOutboxStore, effects: list[Any]) -> dict[s
 
 
 def follow_rows(store: InMemoryOutboxStore) -> list[str]:
-    return [row.task_name for row in store.rows.values() if row.task_name == "atomic.follow"]
+    return [row.task_name for row in store.rows.values() if row.task_name == "unit_atomic.follow"]
 
 
 def test_the_body_its_dispatch_and_its_row_commit_together(
@@ -91,10 +91,10 @@ def test_the_body_its_dispatch_and_its_row_commit_together(
     assert effects == [("add", 7)]
     completion = store.completion("t1")
     assert completion is not None
-    assert (completion.task_name, json.loads(completion.result or "")) == ("atomic.add", 7)
+    assert (completion.task_name, json.loads(completion.result or "")) == ("unit_atomic.add", 7)
     assert store.count_completed() == 1
     # the follow-up was written in the same transaction and published after it
-    assert queued_tasks(queue_name) == [("atomic.follow", (7,))]
+    assert queued_tasks(queue_name) == [("unit_atomic.follow", (7,))]
 
 
 def test_a_duplicate_is_skipped_with_the_signal(
@@ -133,7 +133,7 @@ def test_a_failure_rolls_back_the_dispatch_then_retries(
     assert follow_rows(store) == []  # the body's dispatch rolled back
     assert store.completion("t1") is None
     (headers,) = queued(queue_name)  # the retry was written after the rollback
-    assert (headers["id"], headers["retries"], headers["task"]) == ("t1", 1, "atomic.boom")
+    assert (headers["id"], headers["retries"], headers["task"]) == ("t1", 1, "unit_atomic.boom")
 
 
 def test_retry_inside_the_body_is_written_after_the_rollback(
@@ -156,7 +156,7 @@ def test_an_unserialisable_result_fails_the_attempt_and_names_the_task(
     assert follow_rows(store) == []
     assert store.completion("t1") is None
     assert len(queued(queue_name)) == 1
-    with pytest.raises(Exception, match=r"atomic task 'atomic.odd' returned <object"):
+    with pytest.raises(Exception, match=r"atomic task 'unit_atomic.odd' returned <object"):
         serialise_result(tasks["odd"], object())
 
 
@@ -166,7 +166,7 @@ def test_a_concurrent_duplicate_waits_then_is_skipped_or_runs_after_a_rollback(
     started, release, runs = threading.Event(), threading.Event(), []
     fail_first = [True]
 
-    @app.task(base=OutboxTask, name="atomic.slow", shared=False, atomic=True, max_retries=0)
+    @app.task(base=OutboxTask, name="unit_atomic.slow", shared=False, atomic=True, max_retries=0)
     def slow() -> None:
         runs.append(threading.current_thread().name)
         started.set()
@@ -211,31 +211,37 @@ def test_check_refuses_a_store_that_cannot_run_atomic_tasks(
 
     install_store(app, Plain())
 
-    @app.task(base=OutboxTask, name="atomic.elsewhere", shared=False, atomic=True)
+    @app.task(base=OutboxTask, name="unit_atomic.elsewhere", shared=False, atomic=True)
     def elsewhere() -> None: ...
 
     with pytest.raises(
-        AtomicUnsupported, match=r"'atomic.elsewhere' is atomic.*'reports'.*no transactions"
+        AtomicUnsupported, match=r"'unit_atomic.elsewhere' is atomic.*'reports'.*no transactions"
     ):
         elsewhere.apply_async(using="reports")
     with pytest.raises(AtomicUnsupported) as refused:
         check_app(app)  # every atomic task of the app, each named, in one error
-    for name in ("atomic.add", "atomic.boom", "atomic.again", "atomic.odd", "atomic.elsewhere"):
+    for name in (
+        "unit_atomic.add",
+        "unit_atomic.boom",
+        "unit_atomic.again",
+        "unit_atomic.odd",
+        "unit_atomic.elsewhere",
+    ):
         assert f"Task {name!r} is atomic, but cannot run on database 'default'" in str(
             refused.value
         )
 
 
 def test_check_refuses_bad_atomic_options(app: Celery, store: InMemoryOutboxStore) -> None:
-    @app.task(base=OutboxTask, name="atomic.yes", shared=False, atomic="yes")
+    @app.task(base=OutboxTask, name="unit_atomic.yes", shared=False, atomic="yes")
     def yes() -> None: ...
 
-    @app.task(base=OutboxTask, name="atomic.alias", shared=False, atomic=True, atomic_using=3)
+    @app.task(base=OutboxTask, name="unit_atomic.alias", shared=False, atomic=True, atomic_using=3)
     def alias() -> None: ...
 
-    with pytest.raises(AtomicUnsupported, match=r"'atomic.yes': atomic='yes'.*True or False"):
+    with pytest.raises(AtomicUnsupported, match=r"'unit_atomic.yes': atomic='yes'.*True or False"):
         check_atomic(yes)
-    with pytest.raises(AtomicUnsupported, match=r"'atomic.alias': atomic_using=3"):
+    with pytest.raises(AtomicUnsupported, match=r"'unit_atomic.alias': atomic_using=3"):
         check_atomic(alias)
 
 
@@ -244,7 +250,7 @@ def test_the_sweep_purges_completed_rows_past_the_window(
 ) -> None:
     now = datetime.now(timezone.utc)
     for n, age in enumerate((10, 100, 100)):
-        with store.complete_once(f"t{n}", "atomic.add", now=now - timedelta(seconds=age)):
+        with store.complete_once(f"t{n}", "unit_atomic.add", now=now - timedelta(seconds=age)):
             pass
     app.conf.outbox_keep_completed = 50.0
     config = OutboxConfig.from_celery(app)
@@ -259,12 +265,14 @@ def test_the_body_runs_and_dispatches_on_the_alias_it_was_dispatched_with(
 ) -> None:
     seen: list[str | None] = []
 
-    @app.task(base=OutboxTask, name="atomic.where", shared=False, atomic=True)
+    @app.task(base=OutboxTask, name="unit_atomic.where", shared=False, atomic=True)
     def where() -> None:
         seen.append(dispatch_alias(None))
         seen.append(dispatch_alias("explicit"))
 
-    @app.task(base=OutboxTask, name="atomic.pinned", shared=False, atomic=True, atomic_using="b")
+    @app.task(
+        base=OutboxTask, name="unit_atomic.pinned", shared=False, atomic=True, atomic_using="b"
+    )
     def pinned() -> None:
         seen.append(dispatch_alias(None))
 
