@@ -10,13 +10,25 @@ A concurrent duplicate's insert waits on the unique key until the first run ends
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, delete, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Executable,
+    Table,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -82,8 +94,8 @@ class SQLAlchemyCompletions(OutboxStore):
                     yield completion
                 with store_errors("complete an atomic task"):
                     if completion.result is not None:
-                        where = table.c.task_id == task_id
-                        conn.execute(update(table).where(where).values(result=completion.result))
+                        values = {"key": task_id, "result": completion.result}
+                        conn.execute(_set_result(table), values)
                     session.commit()
             except BaseException:
                 session.rollback()
@@ -129,13 +141,31 @@ def _claim_key(conn: Connection, table: Table, row: Mapping[str, Any]) -> Stored
     raise StoreError(f"celery-outbox could not key the atomic task {row['task_id']!r}.")
 
 
+@functools.lru_cache(maxsize=32)
+def _insert_or_nothing(table: Table, dialect: str) -> Executable:
+    """``INSERT ... ON CONFLICT (task_id) DO NOTHING RETURNING id``, built once per table
+    and dialect (an atomic run pays for executing it, not for building it)."""
+    make = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = make(table).values({name: bindparam(name) for name in _KEY_COLUMNS})
+    return stmt.on_conflict_do_nothing(index_elements=[table.c.task_id]).returning(table.c.id)
+
+
+@functools.lru_cache(maxsize=32)
+def _set_result(table: Table) -> Executable:
+    """``UPDATE ... SET result = :result WHERE task_id = :key``, built once per table."""
+    key = table.c.task_id == bindparam("key")
+    return update(table).where(key).values(result=bindparam("result"))
+
+
+#: The columns of a new row (``result`` is written at the end, when there is one).
+_KEY_COLUMNS = ("task_id", "task_name", "completed_at")
+
+
 def _insert(conn: Connection, table: Table, row: Mapping[str, Any]) -> bool:
     """Insert ``row`` unless its task id has one (waiting on a concurrent insert of it)."""
     dialect = conn.dialect.name
     if dialect in ("postgresql", "sqlite"):
-        make = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        stmt = make(table).values(row).on_conflict_do_nothing(index_elements=[table.c.task_id])
-        return conn.execute(stmt.returning(table.c.id)).first() is not None
+        return conn.execute(_insert_or_nothing(table, dialect), dict(row)).first() is not None
     savepoint = conn.begin_nested()  # MySQL/MariaDB: a duplicate key error ends only this
     try:
         conn.execute(insert(table).values(row))
