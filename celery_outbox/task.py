@@ -15,7 +15,7 @@ from kombu.utils.uuid import uuid
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message, serialise_body
-from celery_outbox.exceptions import AtomicUnsupported, RetriesExhausted
+from celery_outbox.exceptions import AtomicUnsupported, OutboxConfigError, RetriesExhausted
 from celery_outbox.limits import check_argument_depth
 from celery_outbox.records import StoredMessage
 from celery_outbox.registry import relay_for, store_for
@@ -252,25 +252,31 @@ class OutboxTask(_TaskBase):
 
 def check_app(app: Celery) -> None:
     """Check the ``outbox_*`` settings of ``app``, then the options of every ``OutboxTask``
-    of ``app``, reporting all bad ones.
+    of ``app`` (retry options, and whether an atomic task can run), reporting all bad ones.
 
     Raises
     ------
     OutboxConfigError
-        One message listing each task whose options are not accepted.
-    AtomicUnsupported
-        One message listing each atomic task its store or database cannot run.
+        One message listing each task whose options are not accepted; an
+        :class:`AtomicUnsupported` when every problem is an atomic task its store or
+        database cannot run.
     """
     tasks = [task for task in app.tasks.values() if isinstance(task, OutboxTask)]
-    check_tasks(app, tasks)
-    problems = []
+    problems: list[str] = []
+    try:
+        check_tasks(app, tasks)
+    except OutboxConfigError as exc:
+        problems.append(str(exc))
+    atomic_problems = []
     for task in tasks:
         try:
             atomic_runs.check_atomic(task)
         except AtomicUnsupported as exc:
-            problems.append(str(exc))
+            atomic_problems.append(str(exc))
     if problems:
-        raise AtomicUnsupported("\n".join(problems))
+        raise OutboxConfigError("\n".join(problems + atomic_problems))
+    if atomic_problems:
+        raise AtomicUnsupported("\n".join(atomic_problems))
 
 
 class TaskOptionsCheck(bootsteps.Step):

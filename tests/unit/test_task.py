@@ -186,6 +186,22 @@ def test_check_app_lists_every_bad_task() -> None:
     assert "opts.good" not in str(caught.value)
 
 
+def test_check_app_reports_bad_options_and_atomic_tasks_it_cannot_run_together() -> None:
+    app = Celery("t", set_as_current=False)
+
+    class NoAtomic(InMemoryOutboxStore):
+        def atomic_problem(self, using: str | None = None) -> str | None:
+            return "not here"
+
+    install_store(app, NoAtomic())
+    make_task(app, "opts.bad", max_retries="3")
+    make_task(app, "opts.atomic", atomic=True)
+    with pytest.raises(OutboxConfigError) as caught:
+        check_app(app)
+    assert "'opts.bad'" in str(caught.value)
+    assert "Task 'opts.atomic' is atomic, but cannot run on database 'default'" in str(caught.value)
+
+
 def test_binding_an_outbox_task_adds_the_worker_check() -> None:
     app = Celery("t", set_as_current=False)
     make_task(app)
