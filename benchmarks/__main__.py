@@ -59,7 +59,7 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     if name == "latency":
         return latency.run(tasks=args.latency_tasks)
     if name == "atomic":
-        return atomic.run(tasks=args.atomic_tasks, rounds=args.rounds)
+        return atomic.run(tasks=args.atomic_tasks, rounds=args.rounds, quick=args.quick)
     return peer.run(rows=args.rows, rounds=max(1, min(args.rounds, 2)))
 
 

@@ -30,6 +30,8 @@ BATCH = 100
 TARGET = 0.8
 #: The order of the cases in each round.
 ORDER = ("plain", "atomic", "atomic", "plain")
+#: ``--quick`` (a harness check): one case of each.
+QUICK_ORDER = ("plain", "atomic")
 
 
 def _queue(kind: str, tasks: int) -> None:
@@ -100,7 +102,7 @@ def _reset() -> None:
         conn.execute(text(f"TRUNCATE {', '.join(names)}"))
 
 
-def run(*, tasks: int, rounds: int) -> list[dict[str, Any]]:
+def run(*, tasks: int, rounds: int, quick: bool = False) -> list[dict[str, Any]]:
     """One result row: plain and atomic tasks/s, their ratio, and bytes per completion."""
     from benchmarks.atomic_app import DATABASE_URL, create_tables
 
@@ -115,7 +117,7 @@ def run(*, tasks: int, rounds: int) -> list[dict[str, Any]]:
     try:
         for _ in range(rounds):
             measured = {kind: 0.0 for kind in samples}
-            for kind in ORDER:
+            for kind in QUICK_ORDER if quick else ORDER:
                 value = _case(kind, tasks)
                 samples[kind].append(value)
                 measured[kind] += value
