@@ -78,7 +78,18 @@ def django_db_is_postgres() -> bool:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print one line per service that was needed but did not answer."""
+    """Print one line per service that was needed but did not answer.
+
+    Under pytest-xdist the probes ran in the worker processes: the controller probes again
+    each service a skipped or failed test names as unreachable.
+    """
+    reports = [
+        *terminalreporter.stats.get("skipped", ()),
+        *terminalreporter.stats.get("failed", ()),
+    ]
+    for name in services.SERVICES:
+        if any(f"{name} unreachable at" in str(getattr(r, "longrepr", "")) for r in reports):
+            services.probe(name)
     for line in services.summary_lines():
         terminalreporter.write_line(line, yellow=not services.services_required(), bold=True)
 

@@ -6,6 +6,7 @@ numbers; :mod:`tests.reliability.report` renders the file into ``docs/reliabilit
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -43,7 +44,14 @@ def load(path: Path = RESULTS_PATH) -> dict[str, ScenarioResult]:
 
 
 def record(result: ScenarioResult, path: Path = RESULTS_PATH) -> None:
-    """Add or replace ``result`` in the file (written atomically)."""
+    """Add or replace ``result`` in the file (written atomically, under a lock: the suite
+    runs in several processes)."""
+    with path.with_name(f".{path.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _record(result, path)
+
+
+def _record(result: ScenarioResult, path: Path) -> None:
     current = load(path)
     current[result.scenario] = result
     data = {key: asdict(value) for key, value in sorted(current.items())}
