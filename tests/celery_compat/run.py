@@ -61,9 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         env = _env(
             site,
             redis=services.SERVICES["redis"].url,
-            database=url.set(drivername="postgresql+psycopg").render_as_string(
-                hide_password=False
-            ),
+            database=url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False),
         )
         outcomes = {
             mode: run_mode(mode, sdist, cache, env, selection=selection, timeout=args.timeout)

@@ -6,6 +6,8 @@ With ``CELERY_COMPAT_MODE=outbox`` every task of Celery's integration app is an
 beside the project's environment) goes at the end of ``sys.path``.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 
