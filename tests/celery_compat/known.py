@@ -12,7 +12,26 @@ from fnmatch import fnmatch
 #: The subset CI runs on every change (pytest ``-k``): task replacement and the chain.
 FAST = "test_task_replacement or (test_chain and replace) or test_apply_tasks"
 
-KNOWN: dict[str, str] = {}
+_RETRIES = (
+    "intended: a failing OutboxTask retries (autoretry_for=(Exception,), max_retries=5, "
+    "about 15-31 s of windows) before it fails, so a test waiting a few seconds for the "
+    "failure, its link_error or a chord errback times out; autoretry_for = () restores "
+    "Celery's behaviour"
+)
+_RACE = (
+    "races itself: the test arms its check after delay() returned, and the outbox's "
+    "dispatch (insert, publish, delete) is slow enough for the worker to receive first"
+)
+
+KNOWN: dict[str, str] = {
+    "*test_task_replacement::test_replaced_task_nesting_level_0": _RACE,
+    "*test_tasks::test_fail": _RETRIES,
+    "*test_tasks::test_wrong_arguments": _RETRIES,
+    "*test_trace_log_arguments::test_task_failed": _RETRIES,
+    "*test_link_error::*": _RETRIES,
+    "*test_chord::*errback*": _RETRIES,
+    "*test_chord::*error*": _RETRIES,
+}
 
 
 def reason_for(node_id: str) -> str | None:

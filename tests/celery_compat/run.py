@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
             database=url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False),
         )
         outcomes = {
-            mode: run_mode(mode, sdist, cache, env, selection=selection, timeout=args.timeout)
+            mode: outcomes_of(cache / f"{mode}.xml")
+            if args.reuse_plain and mode == "plain"
+            else run_mode(mode, sdist, cache, env, selection=selection, timeout=args.timeout)
             for mode in (MODES if args.mode == "both" else (args.mode,))
         }
     finally:
@@ -79,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--mode", choices=("both", *MODES), default="both")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per test")
     parser.add_argument("--cache", default=str(ROOT / ".celery-compat"))
+    parser.add_argument(
+        "--reuse-plain", action="store_true", help="compare with the last plain run's report"
+    )
     return parser
 
 
@@ -150,10 +155,10 @@ def run_mode(
     ]  # fmt: skip
     print(f"\n=== {mode}: {' '.join(command[1:])}", flush=True)
     subprocess.run(command, cwd=sdist, env={**env, "CELERY_COMPAT_MODE": mode}, check=False)
-    return outcomes(junit)
+    return outcomes_of(junit)
 
 
-def outcomes(junit: Path) -> dict[str, str]:
+def outcomes_of(junit: Path) -> dict[str, str]:
     """``passed``/``failed``/``error``/``skipped`` of every test case in a JUnit report."""
     found: dict[str, str] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):

@@ -20,5 +20,7 @@ if os.environ.get("CELERY_COMPAT_SITE"):
 @pytest.fixture(scope="session")
 def celery_parameters():
     if os.environ.get("CELERY_COMPAT_MODE") == "outbox":
-        return {"task_cls": "celery_outbox:OutboxTask"}
+        from celery_outbox import OutboxTask
+
+        return {"task_cls": OutboxTask}
     return {}
