@@ -19,6 +19,7 @@ test (seconds). Services come from ``OUTBOX_TEST_REDIS_URL`` / ``OUTBOX_TEST_POS
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             database=url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False),
         )
         outcomes = {
-            mode: outcomes_of(cache / f"{mode}.xml")
+            mode: outcomes_of(report_path(cache, mode, selection))
             if args.reuse_plain and mode == "plain"
             else run_mode(mode, sdist, cache, env, selection=selection, timeout=args.timeout)
             for mode in (MODES if args.mode == "both" else (args.mode,))
@@ -146,7 +147,7 @@ def run_mode(
     """Run the two files with ``mode``'s app; each test's outcome by node id."""
     settings = {"outbox_store": "tests.celery_compat.store:build"} if mode == "outbox" else {}
     (sdist / "integration-tests-config.json").write_text(json.dumps(settings))
-    junit = cache / f"{mode}.xml"
+    junit = report_path(cache, mode, selection)
     command = [
         sys.executable, "-m", "pytest", *FILES, "-p", "no:cacheprovider", "-q",
         "-p", "celery.contrib.pytest", "-p", "no:django", f"--timeout={timeout}",
@@ -156,6 +157,14 @@ def run_mode(
     print(f"\n=== {mode}: {' '.join(command[1:])}", flush=True)
     subprocess.run(command, cwd=sdist, env={**env, "CELERY_COMPAT_MODE": mode}, check=False)
     return outcomes_of(junit)
+
+
+def report_path(cache: Path, mode: str, selection: str | None) -> Path:
+    """The JUnit report of ``mode``'s run of ``selection`` (one per selection)."""
+    if not selection:
+        return cache / f"{mode}.xml"
+    digest = hashlib.sha1(selection.encode(), usedforsecurity=False).hexdigest()[:10]
+    return cache / f"{mode}-{digest}.xml"
 
 
 def outcomes_of(junit: Path) -> dict[str, str]:
