@@ -14,9 +14,13 @@ of the relay's connections live in :mod:`celery_outbox.broker`.)
   ``autoretry_for`` behaviour (``celery.app.autoretry``); ``OutboxTask`` sets it because
   it retries in ``__call__``.
 - :func:`capture_message`: Celery's ``Task.apply_async`` run against a stand-in producer,
-  to get the exact message Celery would publish without a broker. It relies on Celery
-  reading ``producer.serializer`` and ``producer.connection`` (only entering
+  to get the exact message Celery would publish without a broker, and the ``AsyncResult``
+  Celery built for it (``ignored`` set, the result backend told of the call: the Redis
+  backend subscribes to the task's channel then). It relies on Celery reading
+  ``producer.serializer`` and ``producer.connection`` (only entering
   ``connection._reraise_as_library_errors()``) and calling ``producer.publish(body, **kw)``.
+- :data:`REPLACED_TASK_NESTING`: the message header in which Celery counts how many times
+  a task id was handed on by ``Task.replace()`` (0 for a first dispatch).
 """
 
 from __future__ import annotations
@@ -26,12 +30,15 @@ from typing import Any, cast
 
 from celery import Celery, Task
 from celery import _state as celery_state
+from celery.result import AsyncResult
 from kombu import Connection
 
 from celery_outbox.state import state_of
 
 #: The attribute whose presence stops Celery wrapping ``run`` for ``autoretry_for``.
 ORIG_RUN = "_orig_run"
+#: Celery's message header counting the ``Task.replace()`` generations of a task id.
+REPLACED_TASK_NESTING = "replaced_task_nesting"
 
 
 def connect_on_app_finalize(callback: Callable[[Celery], Any]) -> Callable[[Celery], Any]:
@@ -77,14 +84,14 @@ def capture_message(
     *,
     task_id: str,
     options: Mapping[str, Any],
-) -> tuple[Any, dict[str, Any]]:
+) -> tuple[Any, dict[str, Any], AsyncResult[Any]]:
     """Run Celery's ``apply_async`` for ``task`` against a capturing producer.
 
-    Returns the message body and the keyword arguments Celery would pass to
-    ``Producer.publish``.
+    Returns the message body, the keyword arguments Celery would pass to
+    ``Producer.publish``, and the ``AsyncResult`` Celery returns for the call.
     """
     producer = _CapturingProducer(_unconnected_connection(task.app))
-    Task.apply_async(
+    result = Task.apply_async(
         task,
         tuple(args or ()),
         dict(kwargs or {}),
@@ -92,7 +99,7 @@ def capture_message(
         producer=cast(Any, producer),
         **options,
     )
-    return producer.body, producer.kwargs
+    return producer.body, producer.kwargs, result
 
 
 def successors(request: Any) -> tuple[list[Any], list[Any]]:

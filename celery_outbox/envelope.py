@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from celery import Task
+from celery.result import AsyncResult
 from kombu.compression import compress
 from kombu.exceptions import EncodeError
 from kombu.serialization import dumps, loads, prepare_accept_content
@@ -78,6 +80,15 @@ def serialise_body(
     return raw.decode(content_encoding), content
 
 
+@dataclass(frozen=True)
+class Call:
+    """One call of a task as Celery built it: the outbox row to write, and the
+    ``AsyncResult`` Celery returns for it (``ignored`` set, the result backend told)."""
+
+    message: NewMessage
+    result: AsyncResult[Any]
+
+
 def build_message(
     task: Task[Any, Any],
     args: Sequence[Any] | None,
@@ -91,7 +102,35 @@ def build_message(
     lease: timedelta | None = None,
     validate: bool = True,
 ) -> NewMessage:
-    """Build the outbox row for one call of ``task``.
+    """The outbox row of :func:`build_call` (same arguments, same errors)."""
+    return build_call(
+        task,
+        args,
+        kwargs,
+        task_id=task_id,
+        options=options,
+        now=now,
+        park_after=park_after,
+        max_bytes=max_bytes,
+        lease=lease,
+        validate=validate,
+    ).message
+
+
+def build_call(
+    task: Task[Any, Any],
+    args: Sequence[Any] | None,
+    kwargs: Mapping[str, Any] | None,
+    *,
+    task_id: str,
+    options: Mapping[str, Any],
+    now: datetime,
+    park_after: timedelta,
+    max_bytes: int | None,
+    lease: timedelta | None = None,
+    validate: bool = True,
+) -> Call:
+    """Build the outbox row for one call of ``task``, and Celery's ``AsyncResult`` of it.
 
     A message whose ETA lies more than ``park_after`` ahead is stored with
     ``available_at`` at its ETA, so no broker or worker holds it while it waits.
@@ -107,7 +146,7 @@ def build_message(
     """
     app = task.app
     check_schedule(options, now=now, tz=app.timezone)
-    body, publish = capture_message(task, args, kwargs, task_id=task_id, options=options)
+    body, publish, result = capture_message(task, args, kwargs, task_id=task_id, options=options)
     serializer = publish.get("serializer") or app.conf.task_serializer
     payload, content = serialise_body(
         task.name,
@@ -139,7 +178,7 @@ def build_message(
     )
     if validate:
         check_message(message, max_bytes=max_bytes)
-    return message
+    return Call(message, result)
 
 
 _NOT_PROPERTIES = frozenset(

@@ -26,6 +26,8 @@ from celery_outbox.records import (
 
 #: Called after commit with every row one transaction deferred (see ``defer_publish``).
 PublishCallback = Callable[[Sequence[StoredMessage]], object]
+#: Whether a new message takes the place of the pending row of its task id (see ``add``).
+Supersedes = Callable[[StoredMessage], bool]
 
 
 def within_budget(sizes: Iterable[int], max_bytes: int | None) -> int:
@@ -71,14 +73,23 @@ class OutboxStore(CompletionStore, abc.ABC):
 
     # -- dispatch ---------------------------------------------------------------
     @abc.abstractmethod
-    def add(self, message: NewMessage, *, using: str | None = None) -> int | None:
+    def add(
+        self,
+        message: NewMessage,
+        *,
+        using: str | None = None,
+        supersedes: Supersedes | None = None,
+    ) -> int | None:
         """Insert ``message`` as a ``pending`` row in the caller's current transaction.
 
         Returns the new row's id, or ``None`` when a ``pending`` row with the same
-        ``task_id`` already exists (nothing is written: ``task_id`` is an idempotency key).
-        Outside a transaction the row is committed before this returns. The row's
-        ``locked_until`` is the message's: a row born leased is left to its on-commit
-        publisher (no claim takes it) until then.
+        ``task_id`` already exists (nothing is written: ``task_id`` is an idempotency key)
+        and ``supersedes`` is not given or returns false for that row. When it returns
+        true the pending row is *superseded*: deleted (only while it is still pending)
+        and ``message`` inserted, in the same transaction, so a rollback restores it
+        (:mod:`celery_outbox.superseding` says when). Outside a transaction both are
+        committed before this returns. The row's ``locked_until`` is the message's: a
+        row born leased is left to its on-commit publisher (no claim takes it) until then.
         """
 
     @abc.abstractmethod

@@ -14,11 +14,12 @@ from kombu.utils.uuid import uuid
 
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.envelope import build_message, serialise_body
+from celery_outbox.envelope import build_call, serialise_body
 from celery_outbox.exceptions import AtomicUnsupported, OutboxConfigError, RetriesExhausted
 from celery_outbox.limits import check_argument_depth
 from celery_outbox.records import StoredMessage
 from celery_outbox.registry import relay_for, store_for
+from celery_outbox.superseding import superseding
 from celery_outbox.worker import atomic as atomic_runs
 from celery_outbox.worker import runner, successors
 from celery_outbox.worker.attempt import USING_HEADER, attempt_from_request
@@ -156,7 +157,10 @@ class OutboxTask(_TaskBase):
 
         Accepts Celery's ``apply_async`` options (``countdown``, ``eta``, ``expires``,
         ``queue``, ``routing_key``, ``priority``, ``headers`` ...). ``task_id`` is an
-        idempotency key: while a row with that id is pending, no second row is written.
+        idempotency key: while a row with that id is pending, no second row is written,
+        unless that row's message was already delivered (Celery's ``Task.replace()``, a
+        task dispatching its own id: :mod:`celery_outbox.superseding`).
+        Returns the ``AsyncResult`` Celery builds (``ignored`` with ``ignore_result``).
         ``producer`` is ignored: the relay publishes through its own connection.
 
         Raises
@@ -183,7 +187,7 @@ class OutboxTask(_TaskBase):
         if app.conf.task_always_eager:
             return self._apply_on_commit(args, kwargs, task_id, options, using, config)
         now = utcnow()
-        message = build_message(
+        call = build_call(
             self,
             args,
             kwargs,
@@ -194,13 +198,17 @@ class OutboxTask(_TaskBase):
             max_bytes=config.max_payload_bytes,
             lease=config.publish_grace,  # the on-commit publisher's, so it needs no claim
         )
-        store = store_for(app)
-        row_id = store.add(message, using=using)
+        message, store = call.message, store_for(app)
+        running = runner.running_attempt()
+        supersedes = superseding(
+            message, running_task_id=None if running is None else running.task_id
+        )
+        row_id = store.add(message, using=using, supersedes=supersedes)
         if row_id is not None and message.locked_until is not None:
             store.defer_publish(
                 StoredMessage.written(message, row_id), relay_for(app).publisher(using), using=using
             )
-        return self.AsyncResult(message.task_id)
+        return call.result
 
     def delay_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult[Any]:
         """Same as :meth:`delay`: an outbox task is always published on commit, durably."""

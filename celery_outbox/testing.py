@@ -28,7 +28,7 @@ from celery_outbox.records import (
     StoredMessage,
 )
 from celery_outbox.rows import message_columns, stored_message
-from celery_outbox.storage import PublishCallback, within_budget
+from celery_outbox.storage import PublishCallback, Supersedes, within_budget
 
 
 class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters):
@@ -77,13 +77,26 @@ class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters):
         self._transactions.defer_publish(message, publish)
 
     # -- dispatch ---------------------------------------------------------------------
-    def add(self, message: NewMessage, *, using: str | None = None) -> int | None:
+    def add(
+        self,
+        message: NewMessage,
+        *,
+        using: str | None = None,
+        supersedes: Supersedes | None = None,
+    ) -> int | None:
         with self._lock:
-            if any(
-                r.task_id == message.task_id and r.status is MessageStatus.PENDING
-                for r in self.rows.values()
-            ):
-                return None
+            pending = next(
+                (
+                    r
+                    for r in self.rows.values()
+                    if r.task_id == message.task_id and r.status is MessageStatus.PENDING
+                ),
+                None,
+            )
+            if pending is not None:
+                if supersedes is None or not supersedes(pending):
+                    return None
+                del self.rows[pending.id]
             row_id = next(self._ids)
             columns = message_columns(message, created_at=self.clock())
             self.rows[row_id] = stored_message({**columns, "id": row_id})

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Table, select, update
 
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter, StoredDeadLetter
 from celery_outbox.rows import letter_columns, stored_letter
-from celery_outbox.sqlalchemy import statements as sql
+from celery_outbox.sqlalchemy import inserts
 from celery_outbox.sqlalchemy.tables import OutboxTables
 
 DEAD = DeadLetterStatus.DEAD.value
@@ -18,7 +18,7 @@ DEAD = DeadLetterStatus.DEAD.value
 
 def insert(conn: Connection, table: Table, letter: NewDeadLetter) -> int:
     """Write ``letter`` as a ``dead`` letter; its id."""
-    return sql.inserted_id(conn.execute(table.insert().values(letter_columns(letter))))
+    return inserts.inserted_id(conn.execute(table.insert().values(letter_columns(letter))))
 
 
 def get(conn: Connection, table: Table, letter_id: int) -> StoredDeadLetter | None:
@@ -50,7 +50,7 @@ def requeue(
         )
     )
     if marked.rowcount == 1:
-        return task_id, sql.insert_pending(conn, tables.outbox, message)
+        return task_id, inserts.insert_pending(conn, tables.outbox, message)
     existing = conn.execute(select(table.c.requeued_task_id).where(table.c.id == letter_id)).first()
     if existing is None:
         raise LookupError(f"No dead letter with id {letter_id}.")

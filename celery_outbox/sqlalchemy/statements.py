@@ -1,8 +1,8 @@
 """The SQL of the store, built with SQLAlchemy Core and portable across dialects.
 
 Each function takes a ``Connection`` (in whatever transaction the store chose) and
-runs a bounded number of statements. Dialect differences are kept here: ``INSERT ...
-ON CONFLICT`` (PostgreSQL, SQLite) versus a check in code (MySQL), ``UPDATE ...
+runs a bounded number of statements. Dialect differences are kept here (and, for the
+insert of a pending row, in :mod:`~celery_outbox.sqlalchemy.inserts`): ``UPDATE ...
 RETURNING`` versus ``SELECT ... FOR UPDATE`` then ``UPDATE``, and assignment order
 (MySQL evaluates ``SET`` left to right with the new values, so every expression
 reading a column comes before that column's own assignment).
@@ -10,23 +10,20 @@ reading a column comes before that column's own assignment).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
-    CursorResult,
     Select,
     Table,
     and_,
     case,
     delete,
     func,
-    insert,
     literal,
-    literal_column,
     or_,
     select,
     update,
@@ -38,42 +35,6 @@ from celery_outbox.records import MessageStatus, StoredMessage
 PENDING = MessageStatus.PENDING.value
 FAILED = MessageStatus.FAILED.value
 PUBLISHED = MessageStatus.PUBLISHED.value
-
-
-def insert_pending(conn: Connection, table: Table, values: Mapping[str, Any]) -> int | None:
-    """Insert a pending row unless one with its ``task_id`` exists; its id, or ``None``."""
-    # A literal, not a parameter: PostgreSQL infers the partial index from the
-    # predicate, which a prepared (generic) plan would not know.
-    pending = table.c.status == literal_column(f"'{PENDING}'")
-    dialect = conn.dialect.name
-    if dialect in ("postgresql", "sqlite"):
-        # The partial unique index decides, atomically, without aborting the
-        # caller's transaction on a duplicate.
-        # The index predicate is rendered inline: a bound parameter cannot be matched
-        # to the partial index once psycopg prepares the statement (5th execution).
-        inline = table.c.status == literal(PENDING, literal_execute=True)
-        make = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        stmt = (
-            make(table)
-            .values(values)
-            .on_conflict_do_nothing(index_elements=[table.c.task_id], index_where=inline)
-            .returning(table.c.id)
-        )
-        found: int | None = conn.execute(stmt).scalar_one_or_none()
-        return found
-    # MySQL/MariaDB have no partial index: a check in code (documented as racy).
-    duplicate = select(table.c.id).where(table.c.task_id == values["task_id"], pending)
-    if conn.execute(duplicate.limit(1)).first() is not None:
-        return None
-    return inserted_id(conn.execute(insert(table).values(values)))
-
-
-def inserted_id(result: CursorResult[Any]) -> int:
-    """The primary key of the row an ``INSERT`` wrote."""
-    key = result.inserted_primary_key
-    if key is None:  # pragma: no cover - every insert here writes one row
-        raise RuntimeError("celery-outbox: the INSERT returned no primary key.")
-    return int(key[0])
 
 
 def due(table: Table, now: datetime) -> ColumnElement[bool]:

@@ -21,7 +21,7 @@ from celery_outbox.records import (
     StoredMessage,
 )
 from celery_outbox.rows import message_columns
-from celery_outbox.sqlalchemy import claims, letters, transactions
+from celery_outbox.sqlalchemy import claims, inserts, letters, transactions
 from celery_outbox.sqlalchemy import statements as sql
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
 from celery_outbox.sqlalchemy.completions import SQLAlchemyCompletions
@@ -32,7 +32,7 @@ from celery_outbox.sqlalchemy.tables import (
     delivery_table,
     outbox_table,
 )
-from celery_outbox.storage import PublishCallback
+from celery_outbox.storage import PublishCallback, Supersedes
 
 
 class SQLAlchemyOutboxStore(SQLAlchemyCompletions):
@@ -70,9 +70,8 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions):
     ) -> None:
         self.engine = engine
         self.scoped_session = scoped_session
-        self.tables = tables or OutboxTables(
-            outbox_table, dead_letter_table, delivery_table, completed_table
-        )
+        default = OutboxTables(outbox_table, dead_letter_table, delivery_table, completed_table)
+        self.tables = tables or default
         self.clock = clock
         self._bound: ContextVar[Session | None] = ContextVar(
             f"celery_outbox_session_{id(self)}", default=None
@@ -99,10 +98,8 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions):
         if session is not None:
             return session
         scoped = self.scoped_session
-        if scoped is not None and scoped.registry.has():
-            current = scoped()
-            return current if current.in_transaction() else None
-        return None
+        current = scoped() if scoped is not None and scoped.registry.has() else None
+        return current if current is not None and current.in_transaction() else None
 
     @contextmanager
     def _caller_transaction(self) -> Iterator[Connection]:
@@ -118,10 +115,16 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions):
         return session if session is not None and session.in_transaction() else None
 
     # -- dispatch -------------------------------------------------------------------
-    def add(self, message: NewMessage, *, using: str | None = None) -> int | None:
+    def add(
+        self,
+        message: NewMessage,
+        *,
+        using: str | None = None,
+        supersedes: Supersedes | None = None,
+    ) -> int | None:
         values = message_columns(message, created_at=self.clock())
         with store_errors("add an outbox row"), self._caller_transaction() as conn:
-            return sql.insert_pending(conn, self.tables.outbox, values)
+            return inserts.insert_pending(conn, self.tables.outbox, values, supersedes=supersedes)
 
     def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
         session = self._in_transaction()

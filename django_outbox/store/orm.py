@@ -21,7 +21,7 @@ from django.db.models import Case, F, Value, When
 from django.db.models.functions import Length
 
 from celery_outbox.records import Claim, MessageStatus, NewMessage, StoredMessage
-from celery_outbox.storage import within_budget
+from celery_outbox.storage import Supersedes, within_budget
 from django_outbox._compat import raw_delete
 from django_outbox.models import OutboxMessage, OutboxMessageQuerySet
 from django_outbox.store import rows as convert
@@ -61,6 +61,19 @@ class OrmStrategy:
         row = convert.new_message(message)
         row.save(using=alias, force_insert=True)
         return int(row.pk)
+
+    def supersede(self, message: NewMessage, supersedes: Supersedes, *, alias: str) -> int | None:
+        """Replace the pending row of ``message``'s task id when ``supersedes`` accepts it:
+        locked, deleted while still pending, and ``message`` inserted, in one transaction
+        (a savepoint of the caller's); the new id, or ``None`` when a pending row stays."""
+        with transaction.atomic(using=alias):
+            rows = messages(alias).pending().filter(task_id=message.task_id)
+            pending = locking(rows, skip_locked=False).order_by("id").first()
+            if pending is not None:
+                if not supersedes(convert.stored_message(pending)):
+                    return None
+                raw_delete(messages(alias).pending().filter(pk=pending.pk), alias)
+            return self.insert(message, alias=alias)
 
     def still_leased(self, leased: Sequence[StoredMessage], *, alias: str) -> set[int]:
         """The ids of ``leased`` whose row is pending and holds the message's own lease."""

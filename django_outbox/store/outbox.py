@@ -24,7 +24,7 @@ from celery_outbox.records import (
     StoredDeadLetter,
     StoredMessage,
 )
-from celery_outbox.storage import PublishCallback
+from celery_outbox.storage import PublishCallback, Supersedes
 from django_outbox.settings import settings
 from django_outbox.store import batches, letters
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
@@ -37,12 +37,23 @@ class DjangoOutboxStore(DjangoCompletions):
     """The ORM store ``django_outbox`` installs as the default store in ``ready()``."""
 
     # -- dispatch -----------------------------------------------------------------------
-    def add(self, message: NewMessage, *, using: str | None = None) -> int | None:
+    def add(
+        self,
+        message: NewMessage,
+        *,
+        using: str | None = None,
+        supersedes: Supersedes | None = None,
+    ) -> int | None:
         """Insert a pending row in the caller's transaction; ``None`` when its task id is
-        already pending (``task_id`` is an idempotency key)."""
+        already pending (``task_id`` is an idempotency key) with a row ``supersedes``
+        does not accept."""
         alias = alias_of(using)
+        strategy = strategy_for(alias)
         with store_errors("write an outbox row"):
-            return strategy_for(alias).insert(message, alias=alias)
+            row_id = strategy.insert(message, alias=alias)
+            if row_id is None and supersedes is not None:
+                row_id = strategy.supersede(message, supersedes, alias=alias)
+            return row_id
 
     def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
         """``transaction.on_commit``: savepoint-aware; at once outside an atomic block."""

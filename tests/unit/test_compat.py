@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from celery import Celery, Task
+from celery.result import AsyncResult
 
 from celery_outbox import _compat
 from celery_outbox.task import OutboxTask
@@ -80,7 +81,7 @@ def test_capture_message_gets_celerys_message_without_a_broker(app: Celery) -> N
 
     task: Task[Any, Any] = app.task(name="compat.capture", shared=False)(capture)
 
-    body, publish = _compat.capture_message(
+    body, publish, result = _compat.capture_message(
         task, (1,), {"a": 2}, task_id="tid", options={"countdown": 5, "priority": 3}
     )
 
@@ -95,6 +96,34 @@ def test_capture_message_gets_celerys_message_without_a_broker(app: Celery) -> N
     assert publish["priority"] == 3
     assert publish["routing_key"] == "celery"
     assert {"exchange", "serializer", "retry", "declare"} <= set(publish)
+    assert isinstance(result, AsyncResult)
+    assert (result.id, result.ignored) == ("tid", False)
+
+
+def test_capture_message_returns_the_result_celery_built(app: Celery) -> None:
+    def quiet() -> None: ...
+
+    task: Task[Any, Any] = app.task(name="compat.quiet", shared=False, ignore_result=True)(quiet)
+
+    *_, result = _compat.capture_message(task, (), {}, task_id="quiet", options={})
+
+    assert result.ignored is True
+
+
+def test_celery_counts_replacements_in_the_replaced_task_nesting_header(app: Celery) -> None:
+    # Task.replace() sets replaced_task_nesting on the replacing signature; Celery's
+    # message carries it (0 when not given) under the name _compat names.
+    def work() -> None: ...
+
+    task: Task[Any, Any] = app.task(name="compat.nested", shared=False)(work)
+
+    _, first, _ = _compat.capture_message(task, (), {}, task_id="t", options={})
+    _, nested, _ = _compat.capture_message(
+        task, (), {}, task_id="t", options={"replaced_task_nesting": 2}
+    )
+
+    assert first["headers"][_compat.REPLACED_TASK_NESTING] == 0
+    assert nested["headers"][_compat.REPLACED_TASK_NESTING] == 2
 
 
 @pytest.mark.parametrize("forget", [False, True], ids=["celery-dispatches", "forgotten"])

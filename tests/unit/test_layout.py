@@ -31,6 +31,7 @@ NO_UNIT_MODULE: dict[str, str] = {
     # The SQLAlchemy store, held to the same contract on PostgreSQL, MySQL and SQLite.
     "sqlalchemy/boundary.py": "driver errors of the SQLAlchemy store: tests/contract",
     "sqlalchemy/claims.py": "tests/contract/test_claims.py, test_claim_budget.py",
+    "sqlalchemy/inserts.py": "tests/contract/test_dispatch.py, test_superseding.py",
     "sqlalchemy/letters.py": "tests/contract/test_dead_letters.py",
     "sqlalchemy/statements.py": "tests/contract (every statement, every dialect)",
     "sqlalchemy/store.py": "tests/contract/test_sqlalchemy_store.py and the contract",

@@ -110,6 +110,29 @@ def test_a_task_id_is_an_idempotency_key_while_its_row_is_pending(
     assert queued(queue_name) == ["order-7"]
 
 
+def test_a_later_replacement_generation_supersedes_the_pending_row(
+    app: Celery, store: InMemoryOutboxStore, queue_name: str
+) -> None:
+    # Celery's Task.replace() sends its replacement under the replaced task's id, one
+    # generation up; a second send of that same generation is still swallowed.
+    task = app.tasks[TASK]
+    with store.atomic():
+        task.apply_async((1,), task_id="replaced")
+        task.apply_async((2,), task_id="replaced", replaced_task_nesting=1)
+        task.apply_async((3,), task_id="replaced", replaced_task_nesting=1)
+        ((only),) = store.rows.values()
+        assert only.payload.startswith("[[2]")
+
+    assert queued(queue_name) == ["replaced"]
+
+
+def test_apply_async_returns_the_result_celery_built(app: Celery) -> None:
+    quiet = make_task(app, "unit.task.quiet", ignore_result=True)
+
+    assert quiet.delay(1).ignored is True
+    assert app.tasks[TASK].delay(1).ignored is False
+
+
 def test_the_on_commit_variants_are_the_same_dispatch(
     app: Celery, store: InMemoryOutboxStore, queue_name: str
 ) -> None:

@@ -1,0 +1,107 @@
+"""Inserting an outbox row: the one-pending-row-per-task-id key, and superseding.
+
+``INSERT ... ON CONFLICT (task_id) WHERE status = 'pending' DO NOTHING`` on PostgreSQL
+and SQLite, where the partial unique index decides atomically without aborting the
+caller's transaction; a check in code on MySQL/MariaDB (no partial indexes, documented
+as racy). A pending row that the core's rule supersedes
+(:mod:`celery_outbox.superseding`) is locked, deleted while still pending and replaced,
+in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    CursorResult,
+    Table,
+    delete,
+    insert,
+    literal,
+    literal_column,
+    select,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from celery_outbox.records import MessageStatus, StoredMessage
+from celery_outbox.rows import stored_message
+
+PENDING = MessageStatus.PENDING.value
+
+
+def insert_pending(
+    conn: Connection,
+    table: Table,
+    values: Mapping[str, Any],
+    *,
+    supersedes: Callable[[StoredMessage], bool] | None = None,
+) -> int | None:
+    """Insert a pending row unless one with its ``task_id`` exists that ``supersedes``
+    (when given) does not accept; its id, or ``None``."""
+    found = _insert_pending(conn, table, values)
+    if found is None and supersedes is not None:
+        return _supersede_pending(conn, table, values, supersedes)
+    return found
+
+
+def _insert_pending(conn: Connection, table: Table, values: Mapping[str, Any]) -> int | None:
+    # A literal, not a parameter: PostgreSQL infers the partial index from the
+    # predicate, which a prepared (generic) plan would not know.
+    pending = table.c.status == literal_column(f"'{PENDING}'")
+    dialect = conn.dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        # The partial unique index decides, atomically, without aborting the
+        # caller's transaction on a duplicate.
+        # The index predicate is rendered inline: a bound parameter cannot be matched
+        # to the partial index once psycopg prepares the statement (5th execution).
+        inline = table.c.status == literal(PENDING, literal_execute=True)
+        make = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        stmt = (
+            make(table)
+            .values(values)
+            .on_conflict_do_nothing(index_elements=[table.c.task_id], index_where=inline)
+            .returning(table.c.id)
+        )
+        found: int | None = conn.execute(stmt).scalar_one_or_none()
+        return found
+    # MySQL/MariaDB have no partial index: a check in code (documented as racy).
+    duplicate = select(table.c.id).where(table.c.task_id == values["task_id"], pending)
+    if conn.execute(duplicate.limit(1)).first() is not None:
+        return None
+    return inserted_id(conn.execute(insert(table).values(values)))
+
+
+def _supersede_pending(
+    conn: Connection,
+    table: Table,
+    values: Mapping[str, Any],
+    supersedes: Callable[[StoredMessage], bool],
+) -> int | None:
+    """Replace the pending row of ``values``' task id when ``supersedes`` accepts it: the
+    row is locked, deleted while still pending, and ``values`` inserted; the new id, or
+    ``None`` (nothing written) when a pending row stays."""
+    c = table.c
+    pending = (
+        conn.execute(
+            select(table)
+            .where(c.task_id == values["task_id"], c.status == PENDING)
+            .with_for_update()
+        )
+        .mappings()
+        .first()
+    )
+    if pending is not None:
+        if not supersedes(stored_message(pending)):
+            return None
+        conn.execute(delete(table).where(c.id == pending["id"], c.status == PENDING))
+    return _insert_pending(conn, table, values)
+
+
+def inserted_id(result: CursorResult[Any]) -> int:
+    """The primary key of the row an ``INSERT`` wrote."""
+    key = result.inserted_primary_key
+    if key is None:  # pragma: no cover - every insert here writes one row
+        raise RuntimeError("celery-outbox: the INSERT returned no primary key.")
+    return int(key[0])

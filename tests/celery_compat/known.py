@@ -1,0 +1,39 @@
+"""Why a test of Celery's integration suite differs on the outbox (docs/celery-compat.md).
+
+Each entry maps a pattern of test node ids (``fnmatch``) to its reason: an intended
+difference of ``OutboxTask`` and the option that restores Celery's behaviour, or a test
+that races itself. A difference with no entry here is a bug until explained.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatch
+
+#: The subset CI runs on every change (pytest ``-k``): task replacement and the chain.
+FAST = "test_task_replacement or (test_chain and replace) or test_apply_tasks"
+
+_RETRIES = (
+    "intended: a failing OutboxTask retries (autoretry_for=(Exception,), max_retries=5, "
+    "about 15-31 s of windows) before it fails, so a test waiting a few seconds for the "
+    "failure, its link_error or a chord errback times out; autoretry_for = () restores "
+    "Celery's behaviour"
+)
+_RACE = (
+    "races itself: the test arms its check after delay() returned, and the outbox's "
+    "dispatch (insert, publish, delete) is slow enough for the worker to receive first"
+)
+
+KNOWN: dict[str, str] = {
+    "*test_task_replacement::test_replaced_task_nesting_level_0": _RACE,
+    "*test_tasks::test_fail": _RETRIES,
+    "*test_tasks::test_wrong_arguments": _RETRIES,
+    "*test_trace_log_arguments::test_task_failed": _RETRIES,
+    "*test_link_error::*": _RETRIES,
+    "*test_chord::*errback*": _RETRIES,
+    "*test_chord::*error*": _RETRIES,
+}
+
+
+def reason_for(node_id: str) -> str | None:
+    """The known reason why ``node_id`` differs on the outbox, or ``None``."""
+    return next((why for pattern, why in KNOWN.items() if fnmatch(node_id, pattern)), None)
