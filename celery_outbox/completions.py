@@ -46,9 +46,16 @@ class CompletionStore:
         return f"{type(self).__name__} does not run atomic tasks"
 
     def complete_once(
-        self, task_id: str, task_name: str, *, now: datetime, using: str | None = None
+        self,
+        task_id: str,
+        task_name: str,
+        *,
+        now: datetime,
+        using: str | None = None,
+        root_id: str | None = None,
     ) -> AbstractContextManager[Completion]:
-        """A transaction on ``using`` that inserts ``task_id``'s ``CompletedTask`` row first.
+        """A transaction on ``using`` that inserts ``task_id``'s ``CompletedTask`` row first
+        (with ``root_id``: the workflow the task is a step of, ``None`` outside one).
 
         When a committed row exists (or one being written commits while this waits on
         the key) the block gets :attr:`Completion.previous` and must not run the body.

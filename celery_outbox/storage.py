@@ -23,6 +23,7 @@ from celery_outbox.records import (
     StoredDeadLetter,
     StoredMessage,
 )
+from celery_outbox.workflows import WorkflowStore
 
 #: Called after commit with every row one transaction deferred (see ``defer_publish``).
 PublishCallback = Callable[[Sequence[StoredMessage]], object]
@@ -62,13 +63,14 @@ def publisher_key(publish: PublishCallback) -> Hashable:
     return publish
 
 
-class OutboxStore(CompletionStore, abc.ABC):
+class OutboxStore(CompletionStore, WorkflowStore, abc.ABC):
     """Where outbox rows and dead letters live.
 
     Every method taking ``using`` accepts a database alias (Django) or ``None`` for the
     store's default; stores with a single database ignore it. Datetimes are aware UTC.
     Driver errors are raised as :class:`~celery_outbox.exceptions.StoreError` with the
-    cause chained. Atomic tasks: :class:`~celery_outbox.completions.CompletionStore`.
+    cause chained. Atomic tasks: :class:`~celery_outbox.completions.CompletionStore`;
+    workflows and chord joins: :class:`~celery_outbox.workflows.WorkflowStore`.
     """
 
     # -- dispatch ---------------------------------------------------------------
@@ -250,8 +252,15 @@ class OutboxStore(CompletionStore, abc.ABC):
 
     # -- dead letters -----------------------------------------------------------
     @abc.abstractmethod
-    def add_dead_letter(self, letter: NewDeadLetter, *, using: str | None = None) -> int:
-        """Write a dead letter (committed before returning when outside a transaction)."""
+    def add_dead_letter(
+        self, letter: NewDeadLetter, *, using: str | None = None, workflow: str | None = None
+    ) -> int:
+        """Write a dead letter (committed before returning when outside a transaction).
+
+        ``workflow``: the ``root_id`` of the workflow the task is a step of; in the same
+        transaction, that workflow is marked failed by the letter's task
+        (:meth:`~celery_outbox.workflows.WorkflowStore.workflow_failed`, at ``failed_at``).
+        """
 
     @abc.abstractmethod
     def get_dead_letter(
@@ -268,8 +277,13 @@ class OutboxStore(CompletionStore, abc.ABC):
         by: str,
         now: datetime,
         using: str | None = None,
+        workflow: str | None = None,
     ) -> tuple[str, int | None]:
         """Mark a ``dead`` letter ``requeued`` and add ``message`` in the same transaction.
+
+        ``workflow``: the ``root_id`` of the workflow the task is a step of; when the
+        letter is requeued, that workflow resumes in the same transaction
+        (:meth:`~celery_outbox.workflows.WorkflowStore.workflow_resumed`).
 
         Returns ``(task_id, row_id)``: the new task id and outbox row, or, when the
         letter is not ``dead`` any more, its existing ``requeued_task_id`` and ``None``
