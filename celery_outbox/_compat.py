@@ -21,17 +21,26 @@ of the relay's connections live in :mod:`celery_outbox.broker`.)
   ``connection._reraise_as_library_errors()``) and calling ``producer.publish(body, **kw)``.
 - :data:`REPLACED_TASK_NESTING`: the message header in which Celery counts how many times
   a task id was handed on by ``Task.replace()`` (0 for a first dispatch).
+- :func:`successors` / :func:`forget_successors`: the request's ``callbacks`` and
+  ``chain``, which Celery's tracer dispatches after the task returned.
+- :func:`install_canvas_hooks`: wraps ``chord.run`` (which calls
+  ``app.backend.apply_chord(header_result_args, body, ...)`` once, before dispatching
+  the header, and otherwise only reads ``app.conf``) and ``group.apply_async`` (whose
+  ``root_id`` option becomes every member's root).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, cast
 
-from celery import Celery, Task
+from celery import Celery, Signature, Task, chord, group
 from celery import _state as celery_state
 from celery.result import AsyncResult
 from kombu import Connection
+from kombu.utils.uuid import uuid
 
 from celery_outbox.state import state_of
 
@@ -111,3 +120,103 @@ def forget_successors(request: Any) -> None:
     """Make the tracer dispatch no callbacks and no next chain step for ``request``."""
     request.callbacks = None
     request.chain = None
+
+
+# -- canvas: the root of a top-level group or chord, and chord joins -----------------
+
+#: Opens a chord's join: ``(group_id, header task ids, body)``, in the caller's transaction.
+OpenJoin = Callable[[str, list[str], Signature[Any]], None]
+
+
+@dataclass(frozen=True)
+class CanvasHooks:
+    """What celery-outbox changes in Celery's canvas for the apps it serves.
+
+    ``serves(app)``: whether ``app`` has an outbox store (others keep Celery's canvas
+    untouched). ``chord_join(app, header, body)``: how to open the join of a chord in
+    the database, or ``None`` to leave the chord to the result backend. ``joining()``:
+    the context such a chord runs in (its header is dispatched within it).
+    """
+
+    serves: Callable[[Celery], bool]
+    chord_join: Callable[[Celery, group, Signature[Any]], OpenJoin | None]
+    joining: Callable[[], AbstractContextManager[None]]
+
+
+_ORIGINAL_CHORD_RUN = chord.run
+_ORIGINAL_GROUP_APPLY_ASYNC = group.apply_async
+_hooks: CanvasHooks | None = None
+
+
+def install_canvas_hooks(hooks: CanvasHooks) -> None:
+    """Wrap Celery's ``chord.run`` and ``group.apply_async`` (once per process).
+
+    - A group or chord dispatched outside any task gets its group id as ``root_id``
+      (Celery leaves each member its own root), so the whole canvas is one workflow.
+    - A chord for which ``hooks.chord_join`` gives an opener runs Celery's own
+      ``chord.run`` with the app's result backend replaced, for that call only, by one
+      whose ``apply_chord`` opens the join in the database: no result backend needed.
+    """
+    global _hooks
+    _hooks = hooks
+    chord.run = _chord_run  # type: ignore[method-assign,assignment]
+    group.apply_async = _group_apply_async  # type: ignore[method-assign,assignment]
+
+
+def _at_top(app: Celery) -> bool:
+    return _hooks is not None and app.current_worker_task is None and _hooks.serves(app)
+
+
+def _group_apply_async(self: group, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+    app = self.app
+    if not options.get("root_id") and not self.options.get("root_id") and _at_top(app):
+        group_id = self.options.get("task_id") or options.get("task_id") or uuid()
+        if "task_id" not in self.options:
+            options["task_id"] = group_id
+        options["root_id"] = group_id
+    return _ORIGINAL_GROUP_APPLY_ASYNC(self, args, kwargs, **options)
+
+
+def _chord_run(
+    self: chord, header: group, body: Signature[Any], partial_args: Any, app: Any = None, **kw: Any
+) -> Any:
+    app = app or self._get_app(body)  # type: ignore[attr-defined]
+    if _hooks is None or not _hooks.serves(app):
+        return _ORIGINAL_CHORD_RUN(self, header, body, partial_args, app=app, **kw)
+    if not body.options.get("root_id") and not kw.get("root_id") and _at_top(app):
+        group_id = header.options.get("task_id") or uuid()
+        header.options["task_id"] = group_id
+        body.options["root_id"] = group_id
+    open_join = _hooks.chord_join(app, header, body)
+    if open_join is None:
+        return _ORIGINAL_CHORD_RUN(self, header, body, partial_args, app=app, **kw)
+    with _hooks.joining():
+        return _ORIGINAL_CHORD_RUN(
+            self, header, body, partial_args, app=cast(Any, _JoinApp(app, open_join)), **kw
+        )
+
+
+class _JoinBackend:
+    """The app's result backend, but ``apply_chord`` opens the join in the database."""
+
+    def __init__(self, backend: Any, open_join: OpenJoin) -> None:
+        self._backend = backend
+        self._open_join = open_join
+
+    def apply_chord(self, header_result_args: Any, body: Signature[Any], **kwargs: Any) -> None:
+        group_id, results = header_result_args
+        self._open_join(group_id, [result.id for result in results], body)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+
+class _JoinApp:
+    """``app`` as ``chord.run`` sees it: the same app, with :class:`_JoinBackend`."""
+
+    def __init__(self, app: Celery, open_join: OpenJoin) -> None:
+        self._app = app
+        self.backend = _JoinBackend(app.backend, open_join)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._app, name)

@@ -33,6 +33,7 @@ DEFAULTS: Mapping[str, Any] = {
     "outbox_max_payload_bytes": 4 * 1024 * 1024,
     "outbox_publish_timeout": 1.0,
     "outbox_keep_completed": 7 * 24 * 3600.0,
+    "outbox_chord_max_header": 1000,
 }
 
 
@@ -56,6 +57,8 @@ RULES: Mapping[str, Rule] = {
     "outbox_publish_timeout": Seconds(minimum=0.01, maximum=300.0),
     # A duplicate arriving after this window runs again: keep it longer than any redelivery.
     "outbox_keep_completed": Seconds(minimum=1.0, maximum=3650 * DAY),
+    # Every header step locks the join row once: past this, split the chord.
+    "outbox_chord_max_header": Count(minimum=1, maximum=100_000, unit="steps", none=True),
 }
 
 
@@ -99,6 +102,8 @@ class OutboxConfig:
     publish_timeout: timedelta
     #: How long ``CompletedTask`` rows of atomic tasks are kept (the duplicate window).
     keep_completed: timedelta
+    #: Header steps a chord joined in the database may have (``None``: no limit).
+    chord_max_header: int | None
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, Any]) -> OutboxConfig:

@@ -70,3 +70,11 @@ class AtomicUnsupported(OutboxConfigError):
 
 class UnstorableResult(OutboxError, TypeError):
     """An atomic task returned a value its serializer cannot store in CompletedTask.result."""
+
+
+class ChordTooLarge(OutboxConfigError):
+    """A chord joined in the database has more header steps than outbox_chord_max_header."""
+
+
+class JoinMissing(OutboxError):
+    """A chord header step found no join row for its chord (purged, or on another database)."""

@@ -12,6 +12,7 @@ from celery.exceptions import Retry
 from celery.result import AsyncResult
 from kombu.utils.uuid import uuid
 
+from celery_outbox import workflow_dispatch
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_call, serialise_body
@@ -21,9 +22,10 @@ from celery_outbox.records import StoredMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.superseding import superseding
 from celery_outbox.worker import atomic as atomic_runs
-from celery_outbox.worker import runner, successors
+from celery_outbox.worker import runner
 from celery_outbox.worker.attempt import USING_HEADER, attempt_from_request
 from celery_outbox.worker.options import check_tasks, checked_options
+from celery_outbox.worker.steps import Step
 
 if TYPE_CHECKING:
     _TaskBase = Task[Any, Any]
@@ -84,23 +86,24 @@ class OutboxTask(_TaskBase):
         if request.is_eager:
             return self.run(*args, **kwargs)
         attempt = attempt_from_request(self, request)
+        step = Step.of(self, request, attempt)
 
         def call() -> Any:
             return self.run(*args, **kwargs)
 
-        if atomic_runs.is_atomic(self):
-            body = call
+        if not atomic_runs.is_atomic(self):
+            value = runner.run_attempt(self, attempt, call, rng=self.rng)
+            step.finished()
+            return value
+        body = call
 
-            def call() -> Any:
-                return atomic_runs.run_once(self, attempt, body, then=self._successors)
+        def committing(value: Any) -> None:  # the step's join, successors and count
+            step.committing(value, durable=_is_outbox_task)
 
-        return runner.run_attempt(self, attempt, call, rng=self.rng)
+        def atomic_call() -> Any:
+            return atomic_runs.run_once(self, attempt, body, then=committing, root_id=step.root)
 
-    def _successors(self, value: Any) -> None:
-        # An atomic step's link callbacks and next chain step commit with it.
-        successors.dispatch_in_transaction(
-            self, value, durable=lambda task: isinstance(task, OutboxTask)
-        )
+        return runner.run_attempt(self, attempt, atomic_call, rng=self.rng)
 
     def retry(
         self,
@@ -184,6 +187,7 @@ class OutboxTask(_TaskBase):
         options = dict(options, link=link, link_error=link_error, shadow=shadow)
         if using is not None:  # an atomic task runs in the database it was dispatched with
             options["headers"] = {**(options.get("headers") or {}), USING_HEADER: using}
+        workflow_dispatch.mark_join(options)
         if app.conf.task_always_eager:
             return self._apply_on_commit(args, kwargs, task_id, options, using, config)
         now = utcnow()
@@ -204,6 +208,10 @@ class OutboxTask(_TaskBase):
             message, running_task_id=None if running is None else running.task_id
         )
         row_id = store.add(message, using=using, supersedes=supersedes)
+        if row_id is not None:
+            workflow_dispatch.count_dispatch(
+                self, task_id, options, store=store, using=using, is_step_task=_is_outbox_task
+            )
         if row_id is not None and message.locked_until is not None:
             store.defer_publish(
                 StoredMessage.written(message, row_id), relay_for(app).publisher(using), using=using
@@ -256,6 +264,13 @@ class OutboxTask(_TaskBase):
 
         store_for(self.app).on_commit(run, using=using)
         return outcome[0] if outcome else self.AsyncResult(task_id)
+
+
+def _is_outbox_task(task: Task[Any, Any] | None) -> bool:
+    return isinstance(task, OutboxTask)
+
+
+workflow_dispatch.install(_is_outbox_task)
 
 
 def check_app(app: Celery) -> None:

@@ -53,10 +53,12 @@ def run_once(
     call: Callable[[], Any],
     *,
     then: Callable[[Any], object] | None = None,
+    root_id: str | None = None,
 ) -> Any:
     """Run ``call`` (the body) in the task's ``CompletedTask`` transaction; return its value.
 
-    ``then(value)`` runs after the body, in the same transaction (the step's successors).
+    ``then(value)`` runs after the body, in the same transaction (the step's successors,
+    its chord join and workflow count); ``root_id`` is the workflow the step belongs to.
 
     A task id that already completed is not run: the signal is sent and ``Ignore`` raised
     (the message is acknowledged, the first run's state kept). A failure, or a result
@@ -64,7 +66,9 @@ def run_once(
     """
     store = store_for(task.app)
     using = atomic_alias(task, attempt)
-    with store.complete_once(attempt.task_id, task.name, now=utcnow(), using=using) as completion:
+    with store.complete_once(
+        attempt.task_id, task.name, now=utcnow(), using=using, root_id=root_id
+    ) as completion:
         if completion.previous is None:
             token = _running_alias.set((using,))
             try:

@@ -5,13 +5,16 @@ after the task returned, that is after an atomic task's transaction committed: a
 lost in between loses them, and a redelivered duplicate (skipped) would not send them
 again. For an atomic step whose successors are all plain ``OutboxTask`` signatures, they
 are dispatched here instead, inside the transaction (as outbox rows that commit with the
-step), and the tracer is told there is nothing left to dispatch. Other successors (a
-group, a chord, a task that is not an ``OutboxTask``) are left to Celery, as before.
+step), and the tracer is told there is nothing left to dispatch. A successor may be a
+canvas (a group, a chord, a chain) when every task in it is an ``OutboxTask``: a chord
+whose header is atomic then opens its join in this transaction too
+(:mod:`celery_outbox.workflow_dispatch`). When any task is not an ``OutboxTask``, all the
+successors are left to Celery, as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from celery import Celery, Signature, Task, signature
@@ -50,7 +53,22 @@ def _all_durable(
     signatures: Sequence[Signature[Any]],
     durable: Callable[[Task[Any, Any] | None], bool],
 ) -> bool:
-    """Whether every signature is a single task of ``app`` for which ``durable`` holds."""
-    return all(
-        sig.subtask_type is None and durable(app.tasks.get(sig.task or "")) for sig in signatures
-    )
+    """Whether ``durable`` holds for every task in ``signatures`` (canvases included)."""
+    return all(durable(app.tasks.get(name)) for sig in signatures for name in _task_names(sig))
+
+
+def _task_names(sig: Any) -> Iterator[str]:
+    """The name of every task a signature (or canvas) runs, ``link`` callbacks included."""
+    sig = signature(sig)
+    kind = sig.subtask_type
+    if kind in ("chain", "group"):
+        for member in sig.tasks:
+            yield from _task_names(member)
+    elif kind == "chord":
+        for member in sig.tasks:
+            yield from _task_names(member)
+        yield from _task_names(sig.body)
+    else:
+        yield sig.task or ""
+    for callback in sig.options.get("link") or ():
+        yield from _task_names(callback)

@@ -1,0 +1,139 @@
+"""A workflow step on the worker: its chord join, its successors, its ``Workflow`` count.
+
+For an atomic step all of it happens in the step's own transaction
+(:meth:`Step.committing`, run by :func:`~celery_outbox.worker.atomic.run_once` after the
+body): the header result is stored in the chord's join and, when it is the last one,
+the chord's body is dispatched with every result in header order; the next chain step
+and ``link`` callbacks are dispatched (:mod:`celery_outbox.worker.successors`); the
+workflow counts the step done. A non-atomic step counts itself done after it returned,
+in its own transaction (at least once), and leaves its successors to Celery.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Task, signature
+from kombu.serialization import dumps, loads
+
+from celery_outbox.canvas_shape import in_canvas
+from celery_outbox.clock import utcnow
+from celery_outbox.exceptions import JoinMissing, StoreError
+from celery_outbox.registry import store_for
+from celery_outbox.worker import successors
+from celery_outbox.worker.atomic import atomic_alias, serialise_result
+from celery_outbox.worker.attempt import Attempt
+
+logger = logging.getLogger(__name__)
+
+#: Message header of a chord header step whose join is counted in the database.
+JOIN_HEADER = "outbox_join"
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a running task is in its workflow: ``root`` (counted when it completes; ``None``
+    outside a canvas), ``join`` (its chord's group id when the chord is joined in the
+    database) and ``index`` (its place in the chord's header)."""
+
+    task: Task[Any, Any]
+    attempt: Attempt
+    root: str | None
+    join: str | None
+    index: int
+
+    @classmethod
+    def of(cls, task: Task[Any, Any], request: Any, attempt: Attempt) -> Step:
+        """The step ``request`` runs. A chord header step joined in the database hides its
+        chord from Celery's result backend (the ``attempt`` keeps it for retries)."""
+        options = attempt.options
+        root = options.get("root_id") or request.root_id
+        join = getattr(request, JOIN_HEADER, None)
+        if join is not None:
+            request.chord = None  # the join is ours: no result backend counts this step
+        counted = in_canvas(attempt.task_id, {**options, "root_id": root})
+        return cls(
+            task=task,
+            attempt=attempt,
+            root=str(root) if counted and root else None,
+            join=str(join) if join else None,
+            index=int(options.get("group_index") or 0),
+        )
+
+    def committing(self, value: Any, *, durable: Callable[[Task[Any, Any] | None], bool]) -> None:
+        """In the atomic step's transaction: count the chord join, dispatch the
+        successors (``durable``: which tasks are ``OutboxTask`` s), count the step."""
+        if self.join is not None:
+            self._join(value)
+        successors.dispatch_in_transaction(self.task, value, durable=durable)
+        if self.root is not None:
+            store_for(self.task.app).workflow_step_done(
+                self.root, now=utcnow(), using=atomic_alias(self.task, self.attempt)
+            )
+
+    def finished(self) -> None:
+        """After a non-atomic step returned: count it done (its own transaction; a
+        failure to count is logged, the task's success stands)."""
+        if self.root is None:
+            return
+        try:
+            store_for(self.task.app).workflow_step_done(
+                self.root, now=utcnow(), using=self.attempt.using
+            )
+        except StoreError:
+            logger.warning(
+                "celery-outbox: could not count step %s of workflow %s",
+                self.attempt.task_id,
+                self.root,
+                exc_info=True,
+            )
+
+    def _join(self, value: Any) -> None:
+        task, join = self.task, str(self.join)
+        store = store_for(task.app)
+        using = atomic_alias(task, self.attempt)
+        progress = store.join_part(join, self.index, encode_part(task, value), using=using)
+        if progress is None:
+            raise JoinMissing(
+                f"Chord {join}: its join row is missing on database {using or 'default'!r} "
+                f"(step {self.index} of the header, task {self.attempt.task_id}); it was "
+                "purged or written to another database."
+            )
+        if progress.remaining:
+            return
+        body = signature(self.attempt.options["chord"], app=task.app)
+        request = task.request
+        body.apply_async(
+            ([decode_part(part) for part in progress.results],),
+            parent_id=request.id,
+            root_id=request.root_id,
+        )
+
+
+def encode_part(task: Task[Any, Any], value: Any) -> str | None:
+    """A header step's return value as its join stores it: the content type and encoding
+    of its serializer, and the text :func:`~celery_outbox.worker.atomic.serialise_result`
+    gives."""
+    text = serialise_result(task, value)
+    if text is None:
+        return None
+    content_type, encoding, _ = dumps(
+        None, serializer=task.serializer or task.app.conf.task_serializer
+    )
+    return json.dumps([content_type, encoding, text])
+
+
+def decode_part(part: str | None) -> Any:
+    """The value :func:`encode_part` stored."""
+    if part is None:
+        return None
+    content_type, encoding, text = json.loads(part)
+    data: str | bytes = text
+    if encoding == "binary":
+        data = base64.b64decode(text)
+    return loads(data, content_type, encoding, accept={content_type})

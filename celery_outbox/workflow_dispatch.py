@@ -1,0 +1,160 @@
+"""Workflows at dispatch: the ``Workflow`` row a canvas gets, and its chord joins.
+
+Each ``OutboxTask`` dispatch that starts a canvas, or joins one without having been
+handed on by a running step, adds its steps to the ``Workflow`` row of its ``root_id``,
+in the dispatching transaction (:func:`count_dispatch`). A chord whose header steps are
+all atomic ``OutboxTask`` s gets a join row instead of needing a result backend
+(:func:`chord_join`, called by Celery's ``chord.run`` through
+:func:`celery_outbox._compat.install_canvas_hooks`); its header messages carry
+:data:`JOIN_HEADER` so the worker knows to count them there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from celery import Celery, Signature, Task, group, signature
+
+from celery_outbox import _compat
+from celery_outbox.canvas_shape import describe, dispatch_steps, handed_on_ids, in_canvas
+from celery_outbox.clock import utcnow
+from celery_outbox.config import OutboxConfig
+from celery_outbox.exceptions import ChordTooLarge, NoStoreConfigured
+from celery_outbox.registry import store_for
+from celery_outbox.storage import OutboxStore
+from celery_outbox.worker.atomic import dispatch_alias, is_atomic
+from celery_outbox.worker.steps import JOIN_HEADER
+
+#: The group ids of the chords whose joins ``chord.run`` opened in this context, while
+#: it dispatches their headers.
+_opened: ContextVar[set[str] | None] = ContextVar("celery_outbox_opened_joins", default=None)
+
+#: Whether a task is a step that reports its completion (an ``OutboxTask``).
+IsStepTask = Callable[[Task[Any, Any] | None], bool]
+
+
+def install(is_step_task: IsStepTask) -> None:
+    """Wire the canvas hooks (once per process), ``is_step_task`` telling ``OutboxTask`` s."""
+    _compat.install_canvas_hooks(
+        _compat.CanvasHooks(
+            serves=_serves,
+            chord_join=lambda app, header, body: chord_join(app, header, body, is_step_task),
+            joining=_joining,
+        )
+    )
+
+
+def _serves(app: Celery) -> bool:
+    try:
+        return store_for(app).keeps_workflows()
+    except NoStoreConfigured:
+        return False
+
+
+def chord_join(
+    app: Celery, header: group, body: Signature[Any], is_step_task: IsStepTask
+) -> _compat.OpenJoin | None:
+    """How to open the database join of a chord whose header steps are all atomic
+    ``OutboxTask`` s (single tasks), or ``None`` to leave it to Celery's result backend.
+
+    Raises
+    ------
+    ChordTooLarge
+        When the header has more steps than ``outbox_chord_max_header``.
+    """
+    members = [signature(member, app=app) for member in header.tasks]
+    if not members:
+        return None
+    for member in members:
+        task = app.tasks.get(member.task or "")
+        if member.subtask_type is not None or task is None or not is_step_task(task):
+            return None
+        if not is_atomic(task):
+            return None
+    limit = OutboxConfig.from_celery(app).chord_max_header
+    if limit is not None and len(members) > limit:
+        raise ChordTooLarge(
+            f"A chord of {len(members)} header steps ({members[0].task} ...) exceeds "
+            f"outbox_chord_max_header={limit}: split it into smaller chords, or raise the "
+            "setting (None: no limit)."
+        )
+    first = app.tasks[members[0].task or ""]
+    using = dispatch_alias(None) or getattr(first, "atomic_using", None)
+
+    def open_join(group_id: str, task_ids: list[str], body: Signature[Any]) -> None:
+        root = body.options.get("root_id") or group_id
+        store_for(app).open_join(
+            group_id, root_id=root, size=len(task_ids), now=utcnow(), using=using
+        )
+        opened = _opened.get()
+        if opened is not None:
+            opened.add(group_id)
+
+    return open_join
+
+
+@contextmanager
+def _joining() -> Iterator[None]:
+    """The context ``chord.run`` runs a database-joined chord in (see :func:`mark_join`)."""
+    token = _opened.set(set())
+    try:
+        yield
+    finally:
+        _opened.reset(token)
+
+
+def mark_join(options: dict[str, Any]) -> None:
+    """Give a chord header step being dispatched :data:`JOIN_HEADER` when its chord's
+    join was opened in the database (by :func:`chord_join`) in this context."""
+    group_id = options.get("group_id")
+    opened = _opened.get()
+    if group_id is not None and options.get("chord") and opened and group_id in opened:
+        options["headers"] = {**(options.get("headers") or {}), JOIN_HEADER: group_id}
+
+
+def count_dispatch(
+    task: Task[Any, Any],
+    task_id: str,
+    options: Mapping[str, Any],
+    *,
+    store: OutboxStore,
+    using: str | None,
+    is_step_task: IsStepTask,
+) -> None:
+    """Add a dispatch's steps to its workflow, in the dispatching transaction, unless a
+    running step hands it on (its steps are counted already) or it is no canvas step."""
+    if not store.keeps_workflows():
+        return
+    app = task.app
+    running = app.current_worker_task
+    root = options.get("root_id")
+    if running is not None:
+        request = running.request
+        if task_id in handed_on_ids({"chain": request.chain, "chord": request.chord}):
+            return
+        if not root and in_canvas(request.id or "", _request_options(request)):
+            root = request.root_id or request.id  # Celery gives the child this root
+    effective = {**options, "root_id": root or task_id}
+    if not in_canvas(task_id, effective):
+        return
+    steps = dispatch_steps(task.name, options, lambda name: is_step_task(app.tasks.get(name)))
+    if steps:
+        store.add_workflow_steps(
+            str(effective["root_id"]),
+            name=describe(task.name, options),
+            steps=steps,
+            now=utcnow(),
+            using=using,
+        )
+
+
+def _request_options(request: Any) -> dict[str, Any]:
+    return {
+        "root_id": request.root_id,
+        "group_id": request.group,
+        "chain": request.chain,
+        "chord": request.chord,
+    }
