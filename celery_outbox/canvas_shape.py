@@ -35,6 +35,25 @@ def in_canvas(task_id: str, options: Mapping[str, Any]) -> bool:
     )
 
 
+def workflow_root(task_id: str, options: Mapping[str, Any]) -> str | None:
+    """The ``root_id`` of the workflow a task with these options is a step of, or
+    ``None`` when it is no canvas step."""
+    root = options.get("root_id") or task_id
+    return str(root) if in_canvas(task_id, {**options, "root_id": root}) else None
+
+
+def canvas_options(options: Mapping[str, Any], *, headers: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The options placing a task in its canvas (:data:`CANVAS_KEYS`, its callbacks, and
+    the ``headers`` named), as a dead letter keeps them so that a requeue resumes the
+    workflow where it stopped; empty outside a canvas."""
+    kept = {key: options[key] for key in (*CANVAS_KEYS, "link", "link_error") if options.get(key)}
+    given = options.get("headers") or {}
+    named = {key: given[key] for key in headers if given.get(key) is not None}
+    if named:
+        kept["headers"] = named
+    return kept
+
+
 def count_steps(sig: Any, is_step: IsStep) -> int:
     """How many steps (tasks ``is_step`` accepts) the signature ``sig`` (a ``Signature``
     or its dict) runs: a task and the chain it carries; every task of a chain, group

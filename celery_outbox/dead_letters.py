@@ -12,6 +12,7 @@ from celery import Celery
 from kombu.utils.json import dumps as kombu_dumps
 from kombu.utils.uuid import uuid
 
+from celery_outbox.canvas_shape import workflow_root
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
@@ -117,19 +118,24 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
         )
     config, now = OutboxConfig.from_celery(app), utcnow()
     options = {k: v for k, v in letter.options.items() if k in ROUTING_KEYS and v is not None}
+    canvas = letter.options.get("canvas") or {}
+    options.update(canvas)  # a workflow step resumes its workflow where it stopped
     args, kwargs = original_arguments(letter.args, letter.kwargs, letter.options)
+    new_id = uuid()
     message = build_message(
         task,
         args,
         kwargs,
-        task_id=uuid(),
+        task_id=new_id,
         options=options,
         now=now,
         park_after=config.park_after,
         max_bytes=None,
         lease=config.publish_grace,
     )
-    task_id, row_id = store.requeue_dead_letter(letter_id, message, by=by, now=now, using=using)
+    task_id, row_id = store.requeue_dead_letter(
+        letter_id, message, by=by, now=now, using=using, workflow=workflow_root(new_id, canvas)
+    )
     if row_id is None and not task_id:
         # The store found it no longer dead and not requeued: discarded meanwhile.
         raise _discarded(letter_id)

@@ -26,7 +26,7 @@ from celery_outbox.exceptions import ChordTooLarge, NoStoreConfigured
 from celery_outbox.registry import store_for
 from celery_outbox.storage import OutboxStore
 from celery_outbox.worker.atomic import dispatch_alias, is_atomic
-from celery_outbox.worker.steps import JOIN_HEADER
+from celery_outbox.worker.attempt import JOIN_HEADER
 
 #: The group ids of the chords whose joins ``chord.run`` opened in this context, while
 #: it dispatches their headers.

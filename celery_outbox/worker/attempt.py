@@ -18,6 +18,9 @@ FIRST_FAILED_HEADER = "outbox_first_failed_at"
 REQUEUES_HEADER = "outbox_requeues"
 #: Message header naming the database alias a task was dispatched with (``using=``).
 USING_HEADER = "outbox_using"
+#: Message header of a chord header step whose join is counted in the database (the
+#: chord's group id: :mod:`celery_outbox.workflow_dispatch`, :mod:`.steps`).
+JOIN_HEADER = "outbox_join"
 #: ``apply_async`` options of the request that a message sent again sets anew.
 _RESENT_ANEW = ("task_id", "eta", "countdown", "retries")
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from celery import Task
 
+from celery_outbox.canvas_shape import canvas_options, workflow_root
 from celery_outbox.dead_letters import build_dead_letter
 from celery_outbox.escaping import escape_letter, minimal_letter
 from celery_outbox.exceptions import (
@@ -26,7 +27,7 @@ from celery_outbox.exceptions import (
 from celery_outbox.records import NewDeadLetter
 from celery_outbox.registry import store_for
 from celery_outbox.signals import task_dead_lettered
-from celery_outbox.worker.attempt import Attempt
+from celery_outbox.worker.attempt import JOIN_HEADER, Attempt
 from celery_outbox.worker.policy import Outcome
 from celery_outbox.worker.republish import requeue_later
 
@@ -61,7 +62,7 @@ def write_dead_letter(
             task_id=attempt.task_id,
             args=attempt.args,
             kwargs=attempt.kwargs,
-            options=attempt.routing(),
+            options=_letter_options(attempt),
             exc=exc,
             retries=attempt.retries,
             first_failed_at=attempt.first_failed_at or now,
@@ -121,6 +122,13 @@ def write_redelivery_dead_letter(
     return error
 
 
+def _letter_options(attempt: Attempt) -> dict[str, Any]:
+    """Where the message came from, and, for a workflow step, its place in the canvas
+    (``canvas``: a requeue resumes the workflow from there)."""
+    canvas = canvas_options(attempt.options, headers=(JOIN_HEADER,))
+    return {**attempt.routing(), **({"canvas": canvas} if canvas else {})}
+
+
 class _Refused(Exception):
     """The store refused a letter as data (``cause``): writing it again cannot help."""
 
@@ -132,7 +140,8 @@ class _Refused(Exception):
 def _add_dead_letter(task: Task[Any, Any], attempt: Attempt, letter: NewDeadLetter) -> int:
     """Write ``letter``; put the message back on an outage, raise ``_Refused`` on data."""
     try:
-        return store_for(task.app).add_dead_letter(letter)
+        workflow = workflow_root(attempt.task_id, attempt.options)
+        return store_for(task.app).add_dead_letter(letter, workflow=workflow)
     except StoreDataError as data_exc:
         raise _Refused(data_exc) from data_exc
     except (StoreError, OutboxConfigError) as write_exc:  # down, or no store installed yet

@@ -21,18 +21,15 @@ from typing import Any
 from celery import Task, signature
 from kombu.serialization import dumps, loads
 
-from celery_outbox.canvas_shape import in_canvas
+from celery_outbox.canvas_shape import workflow_root
 from celery_outbox.clock import utcnow
 from celery_outbox.exceptions import JoinMissing, StoreError
 from celery_outbox.registry import store_for
 from celery_outbox.worker import successors
 from celery_outbox.worker.atomic import atomic_alias, serialise_result
-from celery_outbox.worker.attempt import Attempt
+from celery_outbox.worker.attempt import JOIN_HEADER, Attempt
 
 logger = logging.getLogger(__name__)
-
-#: Message header of a chord header step whose join is counted in the database.
-JOIN_HEADER = "outbox_join"
 
 
 @dataclass(frozen=True)
@@ -52,15 +49,13 @@ class Step:
         """The step ``request`` runs. A chord header step joined in the database hides its
         chord from Celery's result backend (the ``attempt`` keeps it for retries)."""
         options = attempt.options
-        root = options.get("root_id") or request.root_id
         join = getattr(request, JOIN_HEADER, None)
         if join is not None:
             request.chord = None  # the join is ours: no result backend counts this step
-        counted = in_canvas(attempt.task_id, {**options, "root_id": root})
         return cls(
             task=task,
             attempt=attempt,
-            root=str(root) if counted and root else None,
+            root=workflow_root(attempt.task_id, options),
             join=str(join) if join else None,
             index=int(options.get("group_index") or 0),
         )
