@@ -15,9 +15,9 @@ from kombu.utils.uuid import uuid
 from celery_outbox import workflow_dispatch
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.envelope import build_call, serialise_body
+from celery_outbox.eager import apply_on_commit
+from celery_outbox.envelope import build_call
 from celery_outbox.exceptions import AtomicUnsupported, OutboxConfigError, RetriesExhausted
-from celery_outbox.limits import check_argument_depth
 from celery_outbox.records import StoredMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.superseding import superseding
@@ -189,7 +189,7 @@ class OutboxTask(_TaskBase):
             options["headers"] = {**(options.get("headers") or {}), USING_HEADER: using}
         workflow_dispatch.mark_join(options)
         if app.conf.task_always_eager:
-            return self._apply_on_commit(args, kwargs, task_id, options, using, config)
+            return apply_on_commit(self, args, kwargs, task_id, options, using, config)
         now = utcnow()
         call = build_call(
             self,
@@ -225,45 +225,6 @@ class OutboxTask(_TaskBase):
     def apply_async_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult[Any]:
         """Same as :meth:`apply_async`, durable (Celery's ``DjangoTask`` API)."""
         return self.apply_async(*args, **kwargs)
-
-    def _apply_on_commit(
-        self,
-        args: Sequence[Any] | None,
-        kwargs: Mapping[str, Any] | None,
-        task_id: str,
-        options: dict[str, Any],
-        using: str | None,
-        config: OutboxConfig,
-    ) -> AsyncResult[Any]:
-        # Eager mode (user test suites): validate the arguments now, run on commit.
-        payload, content = serialise_body(
-            self.name,
-            (list(args or ()), dict(kwargs or {}), {}),
-            serializer=options.get("serializer")
-            or self.serializer
-            or self.app.conf.task_serializer,
-            compression=options.get("compression"),
-            max_bytes=config.max_payload_bytes,
-            accept=self.app.conf.accept_content,
-        )
-        check_argument_depth(
-            self.name,
-            tuple(args or ()),
-            dict(kwargs or {}),
-            payload=payload,
-            content_type=content["content_type"],
-        )
-        outcome: list[AsyncResult[Any]] = []
-
-        def run() -> None:
-            outcome.append(
-                Task.apply_async(
-                    self, tuple(args or ()), dict(kwargs or {}), task_id=task_id, **options
-                )
-            )
-
-        store_for(self.app).on_commit(run, using=using)
-        return outcome[0] if outcome else self.AsyncResult(task_id)
 
 
 def _is_outbox_task(task: Task[Any, Any] | None) -> bool:

@@ -1,0 +1,236 @@
+"""Durable workflows end to end: Celery's chain, group and chord of atomic ``OutboxTask`` s
+on the SQLAlchemy store (real PostgreSQL), a real worker and Redis, with no result
+backend (and once with one): every step's effect once, chord bodies once with the
+header's results in order, ``Workflow`` rows counted in the steps' transactions, a
+dead-lettered step failing its workflow and its requeue resuming it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from celery import Celery, chain, chord, group
+from celery.result import AsyncResult
+from sqlalchemy import Engine, insert, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from celery_outbox import requeue
+from celery_outbox.exceptions import ChordTooLarge
+from celery_outbox.registry import relay_for
+from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table
+from celery_outbox.workflows import StoredWorkflow
+from tests import services
+from tests.brokers import purge_queue
+from tests.integration.workflow_app import (
+    ADD,
+    COLLECT,
+    FAILS_UNTIL,
+    LOOSE,
+    create_app,
+    effects,
+    passes,
+)
+from tests.worker import SharedWorker, wait_for
+
+APP_MODULE = "tests.integration.workflow_app"
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis]
+
+
+@dataclass
+class World:
+    app: Celery
+    engine: Engine
+    store: SQLAlchemyOutboxStore
+
+    def s(self, name: str, *args: Any) -> Any:
+        return self.app.tasks[name].s(*args)
+
+    def effect(self, key: str) -> Any:
+        with self.engine.connect() as conn:
+            value = conn.execute(select(effects.c.value).where(effects.c.key == key)).scalar()
+        return None if value is None else json.loads(value)
+
+    def effect_keys(self, prefix: str) -> list[str]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(effects.c.key).where(effects.c.key.like(f"{prefix}%")))
+            return sorted(row.key for row in rows)
+
+    def workflow(self, root_id: str) -> StoredWorkflow | None:
+        return self.store.get_workflow(root_id)
+
+    def finished(self, root_id: str, *, timeout: float = 30) -> StoredWorkflow:
+        def done() -> bool:
+            found = self.workflow(root_id)
+            return found is not None and found.status != "running"
+
+        wait_for(done, timeout=timeout, what=f"workflow {root_id} to finish")
+        found = self.workflow(root_id)
+        assert found is not None
+        return found
+
+
+@pytest.fixture(scope="module")
+def database_url(postgres_url: str) -> Iterator[str]:
+    name = services.unique_name("outbox_wf_")
+    services.create_postgres_database(postgres_url, name)
+    url = make_url(services.with_db_name(postgres_url, name)).set(drivername="postgresql+psycopg")
+    yield url.render_as_string(hide_password=False)
+    services.drop_postgres_database(postgres_url, name)
+
+
+@pytest.fixture(scope="module")
+def queue(redis_url: str) -> Iterator[str]:
+    from tests.brokers import delete_queue, new_queue_name
+
+    name = new_queue_name()
+    yield name
+    delete_queue(redis_url, name)
+
+
+def _world(
+    redis_url: str, queue: str, database_url: str, shared_worker: SharedWorker, backend: str | None
+) -> Iterator[World]:
+    purge_queue(redis_url, queue)
+    app, engine, store = create_app(redis_url, queue, database_url, backend)
+    env = {
+        "OUTBOX_TEST_BROKER": redis_url,
+        "OUTBOX_TEST_QUEUE": queue,
+        "OUTBOX_TEST_DATABASE": database_url,
+        "OUTBOX_TEST_BACKEND": backend or "",
+    }
+    shared_worker.get(APP_MODULE, queue=queue, env=env)
+    yield World(app, engine, store)
+    relay_for(app).close()
+    app.close()
+    engine.dispose()
+
+
+@pytest.fixture
+def world(
+    redis_url: str, queue: str, database_url: str, shared_worker: SharedWorker
+) -> Iterator[World]:
+    yield from _world(redis_url, queue, database_url, shared_worker, None)
+
+
+def _root(result: AsyncResult[Any]) -> str:
+    while result.parent is not None:
+        result = result.parent
+    return str(result.id)
+
+
+def test_a_chain_runs_each_step_once_and_its_workflow_succeeds(world: World) -> None:
+    result = chain(
+        world.s(ADD, 1, 1, "chain-1"), world.s(ADD, 10, "chain-2"), world.s(ADD, 100, "chain-3")
+    ).apply_async()
+
+    found = world.finished(_root(result))
+    assert (found.status, found.steps_done, found.steps_total) == ("succeeded", 3, 3)
+    assert found.name == "add → add → add"
+    assert world.effect_keys("chain-") == ["chain-1", "chain-2", "chain-3"]
+    assert world.effect("chain-3") == 112
+
+
+def test_a_chord_joins_in_the_database_without_a_result_backend(world: World) -> None:
+    header = [world.s(ADD, i, i, f"chord-h{i}") for i in range(6)]
+    result = chord(header)(world.s(COLLECT, "chord-body"))
+
+    root = str(result.parent.id)  # a chord at the top: its group id
+    found = world.finished(root)
+    assert (found.status, found.steps_done, found.steps_total) == ("succeeded", 7, 7)
+    assert world.effect("chord-body") == [0, 2, 4, 6, 8, 10]  # header order, once
+
+
+def test_a_chord_inside_a_chain_and_a_chain_led_by_a_group(world: World) -> None:
+    inner = chord([world.s(ADD, 1, f"nest-h{i}") for i in range(3)], world.s(COLLECT, "nest-b"))
+    result = chain(world.s(ADD, 1, 1, "nest-a"), inner, world.s(LOOSE, "nest-z")).apply_async()
+    found = world.finished(_root(result))
+    assert (found.status, found.steps_done, found.steps_total) == ("succeeded", 6, 6)
+    assert world.effect("nest-b") == [3, 3, 3]
+    assert world.effect("nest-z") == [3, 3, 3]
+
+    # chain(a, group(b, c), d): Celery makes the group and d a chord
+    led = chain(
+        world.s(ADD, 2, 2, "led-a"),
+        group(world.s(ADD, 1, "led-b"), world.s(ADD, 2, "led-c")),
+        world.s(COLLECT, "led-d"),
+    ).apply_async()
+    found = world.finished(_root(led))
+    assert (found.status, found.steps_done, found.steps_total) == ("succeeded", 4, 4)
+    assert world.effect("led-d") == [5, 6]
+
+
+def test_a_group_of_chains_is_one_workflow_keyed_by_the_group_id(world: World) -> None:
+    result = group(
+        chain(world.s(ADD, 1, 1, "goc-1a"), world.s(ADD, 1, "goc-1b")),
+        chain(world.s(ADD, 2, 2, "goc-2a"), world.s(ADD, 2, "goc-2b")),
+    ).apply_async()
+
+    found = world.finished(str(result.id))
+    assert (found.status, found.steps_done, found.steps_total) == ("succeeded", 4, 4)
+    assert world.effect_keys("goc-") == ["goc-1a", "goc-1b", "goc-2a", "goc-2b"]
+
+
+def test_a_dead_lettered_step_fails_its_workflow_and_its_requeue_resumes_it(
+    world: World,
+) -> None:
+    result = chain(
+        world.s(ADD, 1, 1, "dl-a"), world.s(FAILS_UNTIL, "dl-b"), world.s(ADD, 5, "dl-c")
+    ).apply_async()
+    root = _root(result)
+    found = world.finished(root)
+    assert found.status == "failed"
+    assert found.steps_done == 1
+    with world.engine.connect() as conn:
+        letter = conn.execute(
+            select(dead_letter_table.c.id, dead_letter_table.c.task_id).where(
+                dead_letter_table.c.task_id == found.failed_task_id
+            )
+        ).one()
+
+    with world.engine.begin() as conn:
+        conn.execute(insert(passes).values(key="dl-b"))
+    requeue(world.app, letter.id)
+    resumed = world.workflow(root)
+    assert resumed is not None and resumed.status == "running"
+
+    found = world.finished(root)
+    assert (found.status, found.steps_done, found.steps_total) == ("succeeded", 3, 3)
+    assert world.effect("dl-c") == 7
+
+
+def test_a_dead_lettered_chord_header_step_resumes_the_join(world: World) -> None:
+    header = [world.s(ADD, 1, 1, "dlc-h0"), world.s(FAILS_UNTIL, 5, "dlc-h1")]
+    result = chord(header)(world.s(COLLECT, "dlc-body"))
+    root = str(result.parent.id)
+    assert world.finished(root).status == "failed"
+    with world.engine.connect() as conn:
+        letter_id = conn.execute(
+            select(dead_letter_table.c.id).where(dead_letter_table.c.task_name == FAILS_UNTIL)
+            .order_by(dead_letter_table.c.id.desc())
+        ).scalar()
+    with world.engine.begin() as conn:
+        conn.execute(insert(passes).values(key="dlc-h1"))
+    requeue(world.app, letter_id)
+
+    found = world.finished(root)
+    assert found.status == "succeeded"
+    assert world.effect("dlc-body") == [2, 5]
+
+
+def test_a_rolled_back_canvas_leaves_no_workflow_and_no_step(world: World) -> None:
+    with Session(world.engine) as session, world.store.bind_session(session):
+        result = chord([world.s(ADD, 1, 1, "rb-h")])(world.s(COLLECT, "rb-body"))
+        session.rollback()
+    assert world.workflow(str(result.parent.id)) is None
+    assert world.store.join_part(str(result.parent.id), 0, None) is None
+
+
+def test_a_chord_over_the_header_limit_is_refused_at_dispatch(world: World) -> None:
+    header = [world.s(ADD, i, i, f"big-{i}") for i in range(51)]
+    with pytest.raises(ChordTooLarge, match="51 header steps.*outbox_chord_max_header=50"):
+        chord(header)(world.s(COLLECT, "big-body"))
