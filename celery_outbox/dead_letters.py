@@ -133,8 +133,14 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
         max_bytes=None,
         lease=config.publish_grace,
     )
+    workflow = workflow_root(new_id, canvas)
     task_id, row_id = store.requeue_dead_letter(
-        letter_id, message, by=by, now=now, using=using, workflow=workflow_root(new_id, canvas)
+        letter_id,
+        message,
+        by=by,
+        now=now,
+        using=using,
+        **({"workflow": workflow} if workflow else {}),
     )
     if row_id is None and not task_id:
         # The store found it no longer dead and not requeued: discarded meanwhile.

@@ -66,8 +66,9 @@ def run_once(
     """
     store = store_for(task.app)
     using = atomic_alias(task, attempt)
+    extra = {"root_id": root_id} if root_id else {}  # a store written before workflows works
     with store.complete_once(
-        attempt.task_id, task.name, now=utcnow(), using=using, root_id=root_id
+        attempt.task_id, task.name, now=utcnow(), using=using, **extra
     ) as completion:
         if completion.previous is None:
             token = _running_alias.set((using,))

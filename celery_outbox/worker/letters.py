@@ -141,7 +141,9 @@ def _add_dead_letter(task: Task[Any, Any], attempt: Attempt, letter: NewDeadLett
     """Write ``letter``; put the message back on an outage, raise ``_Refused`` on data."""
     try:
         workflow = workflow_root(attempt.task_id, attempt.options)
-        return store_for(task.app).add_dead_letter(letter, workflow=workflow)
+        # (only for a workflow step: a store written before workflows keeps working)
+        extra = {"workflow": workflow} if workflow else {}
+        return store_for(task.app).add_dead_letter(letter, **extra)
     except StoreDataError as data_exc:
         raise _Refused(data_exc) from data_exc
     except (StoreError, OutboxConfigError) as write_exc:  # down, or no store installed yet

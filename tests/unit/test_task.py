@@ -1,5 +1,5 @@
 """``OutboxTask`` (:mod:`celery_outbox.task`): dispatch writes a row in the caller's
-transaction and publishes it on commit; eager mode runs on commit; bad options are
+transaction and publishes it on commit; bad options are
 refused at dispatch and when a worker starts.
 
 Over the in-memory store and broker; the retries of a running task are in
@@ -16,7 +16,7 @@ import pytest
 from celery import Celery
 from kombu import Connection, Queue
 
-from celery_outbox import OutboxConfigError, OutboxTask, PayloadError
+from celery_outbox import OutboxConfigError, OutboxTask
 from celery_outbox.records import MessageStatus
 from celery_outbox.registry import install_store
 from celery_outbox.state import reset
@@ -159,41 +159,6 @@ def test_called_directly_it_runs_like_a_function(app: Celery, store: InMemoryOut
     assert app.tasks[TASK](2, b=3) == 5
     assert ran == [(2, 3)]
     assert store.rows == {}
-
-
-# -- eager mode -------------------------------------------------------------------------
-def test_eager_mode_runs_the_task_on_commit_and_never_on_rollback(
-    app: Celery, store: InMemoryOutboxStore, queue_name: str
-) -> None:
-    app.conf.task_always_eager = True
-    task = app.tasks[TASK]
-
-    with store.atomic():
-        task.delay(1, b=1)
-        assert ran == []
-    with pytest.raises(RuntimeError, match="rollback"):
-        dispatch_then_fail(store, task, 9)
-
-    assert ran == [(1, 1)]
-    assert (rows(store), queued(queue_name)) == ([], [])
-
-
-def test_eager_mode_outside_a_transaction_returns_the_result(app: Celery) -> None:
-    app.conf.task_always_eager = True
-    assert app.tasks[TASK].delay(2, b=3).get() == 5
-
-
-def test_eager_mode_checks_the_arguments_at_the_call(app: Celery) -> None:
-    app.conf.task_always_eager = True
-    nested: object = 0
-    for _ in range(101):
-        nested = [nested]
-
-    with pytest.raises(PayloadError, match="MAX_ARGUMENT_DEPTH"):
-        app.tasks[TASK].delay(nested)
-    with pytest.raises(PayloadError):
-        app.tasks[TASK].delay(object())
-    assert ran == []
 
 
 # -- checks when a worker starts -------------------------------------------------------------

@@ -116,17 +116,26 @@ def test_a_failed_step_dispatches_nothing(
     assert [name for name, _args in queued_tasks(queue_name)] == ["succ.step"]  # its retry
 
 
-@pytest.mark.parametrize("kind", ["celery", "group"])
-def test_successors_that_are_not_single_outbox_tasks_are_left_to_celery(
+@pytest.mark.parametrize("kind", ["celery", "group with a celery task"])
+def test_successors_with_any_task_that_is_not_an_outbox_task_are_left_to_celery(
     tasks: dict[str, Task[Any, Any]], queue_name: str, kind: str
 ) -> None:
     other = (
         dict(tasks["celery"].s())
         if kind == "celery"
-        else dict(group(tasks["outbox"].s(), tasks["outbox"].s()))
+        else dict(group(tasks["outbox"].s(), tasks["celery"].s()))
     )
     _value, request = run_step(
         tasks["step"], queue=queue_name, chain=[], callbacks=[dict(tasks["outbox"].s()), other]
     )
     assert queued_tasks(queue_name) == []  # none sent here: all of them left to Celery
     assert len(request.callbacks) == 2
+
+
+def test_a_group_of_outbox_tasks_is_dispatched_with_the_steps_commit(
+    tasks: dict[str, Task[Any, Any]], queue_name: str
+) -> None:
+    members = dict(group(tasks["outbox"].s(), tasks["outbox"].s()))
+    _value, request = run_step(tasks["step"], queue=queue_name, chain=[members], callbacks=[])
+    assert queued_tasks(queue_name) == [("succ.plain_outbox", (2,)), ("succ.plain_outbox", (2,))]
+    assert request.chain is None  # the tracer has nothing left to send
