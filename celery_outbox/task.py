@@ -22,7 +22,7 @@ from celery_outbox.records import StoredMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.superseding import superseding
 from celery_outbox.worker import atomic as atomic_runs
-from celery_outbox.worker import runner
+from celery_outbox.worker import runner, unknown
 from celery_outbox.worker.attempt import USING_HEADER, attempt_from_request
 from celery_outbox.worker.options import check_tasks, checked_options
 from celery_outbox.worker.steps import Step
@@ -232,6 +232,7 @@ def _is_outbox_task(task: Task[Any, Any] | None) -> bool:
 
 
 workflow_dispatch.install(_is_outbox_task)
+unknown.install()
 
 
 def check_app(app: Celery) -> None:

@@ -163,3 +163,58 @@ def test_the_tracer_dispatches_the_successors_left_on_the_request(
         while (message := queue.get(no_ack=True)) is not None:
             sent.append(message.headers["task"])
     assert sent == ([] if forget else ["compat.next", "compat.next"])
+
+
+# -- canvas hooks (install_canvas_hooks) --------------------------------------------------
+def _noop(*args: Any) -> None:
+    """A task body."""
+
+
+class _Recording(Task):  # type: ignore[type-arg]
+    """Records the options of every dispatch instead of sending it."""
+
+    sent: list[dict[str, Any]] = []
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        _Recording.sent.append(options)
+        return self.AsyncResult(options["task_id"])
+
+
+def test_celerys_chord_run_opens_the_chord_once_through_app_backend_before_its_header(
+    app: Celery,
+) -> None:
+    # What _JoinApp relies on: chord.run uses app.backend only for apply_chord, called
+    # with (group_id, header results) and the frozen body before the header is sent.
+    from celery import chord, group
+
+    _Recording.sent = []
+    calls: list[tuple[str, list[str], str]] = []
+
+    def open_join(group_id: str, task_ids: list[str], body: Any) -> None:
+        assert _Recording.sent == []  # before any header task
+        calls.append((group_id, task_ids, body.id))
+
+    app.task(name="compat.h", base=_Recording, shared=False)(_noop)
+    header = group([app.tasks["compat.h"].s(), app.tasks["compat.h"].s()], app=app)
+    body = app.tasks["compat.h"].s()
+    c = chord(header, body)
+    result = _compat._ORIGINAL_CHORD_RUN(c, header, body, (), app=_compat._JoinApp(app, open_join))
+    assert len(calls) == 1
+    group_id, ids, body_id = calls[0]
+    assert ids == [options["task_id"] for options in _Recording.sent]
+    assert {options["group_id"] for options in _Recording.sent} == {group_id}
+    assert body_id == result.id
+
+
+def test_a_groups_root_id_option_becomes_every_members_root(app: Celery) -> None:
+    # What the top-level root relies on: group.apply_async(root_id=...) freezes every
+    # member, the first task of a member chain included, with that root.
+    from celery import chain, group
+
+    _Recording.sent = []
+    app.task(name="compat.m", base=_Recording, shared=False)(_noop)
+    m = app.tasks["compat.m"]
+    _compat._ORIGINAL_GROUP_APPLY_ASYNC(
+        group(m.s(), chain(m.s(), m.s()), app=app), task_id="g1", root_id="g1"
+    )
+    assert [options["root_id"] for options in _Recording.sent] == ["g1", "g1"]
