@@ -44,7 +44,7 @@ class SweepReport:
     left (a sweep that finds the broker unreachable stops without it: the rows it
     claimed are rescheduled, the others wait for the next sweep). ``purged`` published
     rows outlived ``outbox_keep_published`` and were deleted, ``purged_completed``
-    ``CompletedTask`` rows outlived ``outbox_keep_completed``.
+    ``CompletedTask`` rows and done chord joins outlived ``outbox_keep_completed``.
     """
 
     published: int = 0
@@ -166,12 +166,12 @@ class Sweeper:
 
     def purge_completed(self, using: str | None = None) -> SweepReport:
         """Delete one batch of ``CompletedTask`` rows older than ``outbox_keep_completed``
-        (a duplicate of such a task that arrives later runs again)."""
-        purged = self.store.purge_completed(
-            older_than=self.clock() - self.config.keep_completed,
-            limit=self.config.sweep_batch_size,
-            using=using,
-        )
+        (a duplicate of such a task that arrives later runs again), and one batch of the
+        joins of chords done before then."""
+        older_than = self.clock() - self.config.keep_completed
+        limit = self.config.sweep_batch_size
+        purged = self.store.purge_completed(older_than=older_than, limit=limit, using=using)
+        purged += self.store.purge_joins(older_than=older_than, limit=limit, using=using)
         return SweepReport(purged_completed=purged)
 
     def _claim(self, using: str | None) -> Claim:
