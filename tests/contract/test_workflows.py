@@ -176,6 +176,15 @@ def test_a_part_counted_twice_changes_nothing(harness: Harness) -> None:
     assert (last.remaining, last.results) == (0, [None, '"b"'])
 
 
+def test_a_join_holds_header_results_past_64_kib(harness: Harness) -> None:
+    group_id, big = opened(harness, 3), '"' + "é" * 30_000 + '"'  # 60 KB in UTF-8
+    for index in range(3):
+        harness.store.join_part(group_id, index, big)
+    final = harness.store.join_part(group_id, 0, None)
+    assert final is not None
+    assert final.results == [big] * 3
+
+
 def test_a_part_of_a_chord_without_a_join_is_none(harness: Harness) -> None:
     assert harness.store.join_part(f"group-{uuid.uuid4()}", 0, '"a"') is None
 
