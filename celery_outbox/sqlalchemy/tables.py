@@ -146,7 +146,7 @@ def _completed_table(metadata: MetaData) -> Table:
         Column("root_id", String(TASK_ID_MAX_LENGTH), nullable=True),
         Index("celery_outbox_completed_at_idx", "completed_at"),
         Index("celery_outbox_completed_name_idx", "task_name"),
-        Index("celery_outbox_completed_wf_idx", "root_id"),
+        Index("celery_outbox_completed_root_idx", "root_id"),
     )
 
 
@@ -164,7 +164,6 @@ def _workflow_table(metadata: MetaData) -> Table:
         Column("created_at", UTCDateTime, nullable=False),
         Column("finished_at", UTCDateTime, nullable=True),
         Column("failed_task_id", String(TASK_ID_MAX_LENGTH), nullable=True),
-        Index("celery_outbox_wf_status_idx", "status", "created_at"),
     )
 
 
@@ -184,7 +183,6 @@ def _chord_join_table(metadata: MetaData) -> Table:
             "results", Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb"), nullable=False
         ),
         Column("created_at", UTCDateTime, nullable=False),
-        Index("celery_outbox_join_created_idx", "created_at"),
     )
 
 
