@@ -28,7 +28,13 @@ class MemoryCompletions(OutboxStore):
 
     @contextmanager
     def complete_once(
-        self, task_id: str, task_name: str, *, now: datetime, using: str | None = None
+        self,
+        task_id: str,
+        task_name: str,
+        *,
+        now: datetime,
+        using: str | None = None,
+        root_id: str | None = None,
     ) -> Iterator[Completion]:
         with self._holding(task_id), self.atomic():
             previous = self.completions.get(task_id)
@@ -36,7 +42,11 @@ class MemoryCompletions(OutboxStore):
             yield completion
             if previous is None:
                 self.completions[task_id] = StoredCompletion(
-                    task_id=task_id, task_name=task_name, completed_at=now, result=completion.result
+                    task_id=task_id,
+                    task_name=task_name,
+                    completed_at=now,
+                    result=completion.result,
+                    root_id=root_id,
                 )
 
     @contextmanager

@@ -31,10 +31,14 @@ class MemoryDeadLetters(OutboxStore):
             self.deliveries.pop(task_id, None)
 
     # -- dead letters -------------------------------------------------------------------
-    def add_dead_letter(self, letter: NewDeadLetter, *, using: str | None = None) -> int:
+    def add_dead_letter(
+        self, letter: NewDeadLetter, *, using: str | None = None, workflow: str | None = None
+    ) -> int:
         with self._lock:
             letter_id = next(self._ids)
             self.letters[letter_id] = stored_letter({**letter_columns(letter), "id": letter_id})
+            if workflow is not None:
+                self.workflow_failed(workflow, letter.task_id, now=letter.failed_at)
             return letter_id
 
     def get_dead_letter(
@@ -50,6 +54,7 @@ class MemoryDeadLetters(OutboxStore):
         by: str,
         now: datetime,
         using: str | None = None,
+        workflow: str | None = None,
     ) -> tuple[str, int | None]:
         with self._lock:
             letter = self.letters.get(letter_id)
@@ -65,6 +70,8 @@ class MemoryDeadLetters(OutboxStore):
                 requeued_by=by,
                 requeued_task_id=message.task_id,
             )
+            if workflow is not None:
+                self.workflow_resumed(workflow)
             return message.task_id, row_id
 
     def discard_dead_letter(self, letter_id: int, *, using: str | None = None) -> bool:

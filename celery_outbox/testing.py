@@ -14,11 +14,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.memory_completions import MemoryCompletions
 from celery_outbox.memory_letters import MemoryDeadLetters
 from celery_outbox.memory_transactions import MemoryTransactions
+from celery_outbox.memory_workflows import MemoryJoin, MemoryWorkflows
 from celery_outbox.records import (
     Claim,
     MessageStatus,
@@ -29,11 +31,15 @@ from celery_outbox.records import (
 )
 from celery_outbox.rows import message_columns, stored_message
 from celery_outbox.storage import PublishCallback, Supersedes, within_budget
+from celery_outbox.workflows import StoredWorkflow
+
+#: The state a transaction's rollback restores (the delivery counts are not transactional).
+_TRANSACTIONAL = ("rows", "letters", "completions", "workflows", "joins")
 
 
-class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters):
-    """Outbox rows, dead letters and completed atomic tasks in dictionaries, with
-    transactions and savepoints."""
+class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters, MemoryWorkflows):
+    """Outbox rows, dead letters, completed atomic tasks, workflows and chord joins in
+    dictionaries, with transactions and savepoints."""
 
     def __init__(self, *, clock: Clock = utcnow) -> None:
         self.clock = clock
@@ -41,16 +47,14 @@ class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters):
         self.letters: dict[int, StoredDeadLetter] = {}
         self.deliveries: dict[str, int] = {}
         self.completions: dict[str, StoredCompletion] = {}
+        self.workflows: dict[str, StoredWorkflow] = {}
+        self.joins: dict[str, MemoryJoin] = {}
         self._running: set[str] = set()
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._released = threading.Condition(self._lock)
         self._transactions = MemoryTransactions(
-            snapshot=lambda: (
-                copy.copy(self.rows),
-                copy.copy(self.letters),
-                copy.copy(self.completions),
-            ),
+            snapshot=lambda: {name: copy.copy(getattr(self, name)) for name in _TRANSACTIONAL},
             restore=self._restore,
             lock=self._lock,
         )
@@ -60,13 +64,9 @@ class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters):
         """A transaction (or, nested, a savepoint): rolled back if the block raises."""
         return self._transactions.atomic()
 
-    def _restore(
-        self,
-        snapshot: tuple[
-            dict[int, StoredMessage], dict[int, StoredDeadLetter], dict[str, StoredCompletion]
-        ],
-    ) -> None:
-        self.rows, self.letters, self.completions = snapshot
+    def _restore(self, snapshot: dict[str, Any]) -> None:
+        for name, state in snapshot.items():
+            setattr(self, name, state)
 
     def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
         self._transactions.on_commit(callback)

@@ -25,12 +25,14 @@ from celery_outbox.sqlalchemy.store import SQLAlchemyOutboxStore
 from celery_outbox.sqlalchemy.tables import (
     PENDING_TASK_INDEX,
     OutboxTables,
+    chord_join_table,
     completed_table,
     dead_letter_table,
     define_tables,
     delivery_table,
     metadata,
     outbox_table,
+    workflow_table,
 )
 from celery_outbox.sqlalchemy.types import UTCDateTime
 
@@ -41,10 +43,12 @@ __all__ = [
     "SQLAlchemyOutboxStore",
     "UTCDateTime",
     "atomic_session",
+    "chord_join_table",
     "completed_table",
     "dead_letter_table",
     "define_tables",
     "delivery_table",
     "metadata",
     "outbox_table",
+    "workflow_table",
 ]

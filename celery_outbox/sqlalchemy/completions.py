@@ -74,14 +74,25 @@ class SQLAlchemyCompletions(OutboxStore):
 
     @contextmanager
     def complete_once(
-        self, task_id: str, task_name: str, *, now: datetime, using: str | None = None
+        self,
+        task_id: str,
+        task_name: str,
+        *,
+        now: datetime,
+        using: str | None = None,
+        root_id: str | None = None,
     ) -> Iterator[Completion]:
         require_aware(now=now)
         table = self.tables.completed
         with Session(self.engine) as session:
             with store_errors("start an atomic task"):
                 conn = session.connection(bind_arguments={"clause": table})
-                row = {"task_id": task_id, "task_name": task_name, "completed_at": now}
+                row = {
+                    "task_id": task_id,
+                    "task_name": task_name,
+                    "completed_at": now,
+                    "root_id": root_id,
+                }
                 previous = _claim_key(conn, table, row)
             completion = Completion(task_id, task_name, previous=previous)
             if previous is not None:
@@ -158,7 +169,7 @@ def _set_result(table: Table) -> Executable:
 
 
 #: The columns of a new row (``result`` is written at the end, when there is one).
-_KEY_COLUMNS = ("task_id", "task_name", "completed_at")
+_KEY_COLUMNS = ("task_id", "task_name", "completed_at", "root_id")
 
 
 def _insert(conn: Connection, table: Table, row: Mapping[str, Any]) -> bool:
@@ -179,9 +190,8 @@ def _insert(conn: Connection, table: Table, row: Mapping[str, Any]) -> bool:
 def _read(
     conn: Connection, table: Table, task_id: str, *, lock: bool = True
 ) -> StoredCompletion | None:
-    query = select(table.c.task_name, table.c.completed_at, table.c.result).where(
-        table.c.task_id == task_id
-    )
+    c = table.c
+    query = select(c.task_name, c.completed_at, c.result, c.root_id).where(c.task_id == task_id)
     if lock:  # a locking read sees the latest commit, under REPEATABLE READ too
         query = query.with_for_update(read=True)
     found = conn.execute(query).first()
@@ -192,4 +202,5 @@ def _read(
         task_name=found.task_name,
         completed_at=found.completed_at,
         result=found.result,
+        root_id=found.root_id,
     )

@@ -1,19 +1,75 @@
-"""The SQL of the dead letters: write, read back, requeue (compare-and-set), discard."""
+"""Dead letters on SQLAlchemy: write, read back, requeue (compare-and-set), discard.
+
+A letter of a workflow's step marks the workflow failed, and its requeue resumes it, in
+the letter's own transaction (the caller's).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Table, select, update
 
-from celery_outbox.records import DeadLetterStatus, NewDeadLetter, StoredDeadLetter
-from celery_outbox.rows import letter_columns, stored_letter
+from celery_outbox.clock import Clock
+from celery_outbox.records import DeadLetterStatus, NewDeadLetter, NewMessage, StoredDeadLetter
+from celery_outbox.rows import letter_columns, message_columns, stored_letter
 from celery_outbox.sqlalchemy import inserts
+from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
 from celery_outbox.sqlalchemy.tables import OutboxTables
+from celery_outbox.sqlalchemy.workflows import mark_failed, mark_resumed
+from celery_outbox.storage import OutboxStore
 
 DEAD = DeadLetterStatus.DEAD.value
+
+
+class SQLAlchemyDeadLetters(OutboxStore):
+    """The dead-letter half of :class:`~celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`."""
+
+    tables: OutboxTables
+    clock: Clock
+    #: The caller's transaction (``SQLAlchemyOutboxStore._caller_transaction``).
+    _caller_transaction: Callable[[], AbstractContextManager[Connection]]
+
+    def add_dead_letter(
+        self, letter: NewDeadLetter, *, using: str | None = None, workflow: str | None = None
+    ) -> int:
+        with store_errors("write a dead letter"), self._caller_transaction() as conn:
+            letter_id = insert(conn, self.tables.dead_letter, letter)
+            if workflow is not None:
+                now = letter.failed_at
+                mark_failed(conn, self.tables.workflow, workflow, letter.task_id, now=now)
+            return letter_id
+
+    def get_dead_letter(
+        self, letter_id: int, *, using: str | None = None
+    ) -> StoredDeadLetter | None:
+        with store_errors("read a dead letter"), self._caller_transaction() as conn:
+            return get(conn, self.tables.dead_letter, letter_id)
+
+    def requeue_dead_letter(
+        self,
+        letter_id: int,
+        message: NewMessage,
+        *,
+        by: str,
+        now: datetime,
+        using: str | None = None,
+        workflow: str | None = None,
+    ) -> tuple[str, int | None]:
+        require_aware(now=now)
+        values = message_columns(message, created_at=self.clock())
+        with store_errors("requeue a dead letter"), self._caller_transaction() as conn:
+            task_id, row_id = requeue(conn, self.tables, letter_id, message=values, by=by, now=now)
+            if row_id is not None and workflow is not None:
+                mark_resumed(conn, self.tables.workflow, workflow)
+            return task_id, row_id
+
+    def discard_dead_letter(self, letter_id: int, *, using: str | None = None) -> bool:
+        with store_errors("discard a dead letter"), self._caller_transaction() as conn:
+            return discard(conn, self.tables.dead_letter, letter_id)
 
 
 def insert(conn: Connection, table: Table, letter: NewDeadLetter) -> int:

@@ -12,30 +12,19 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session, scoped_session
 
 from celery_outbox.clock import Clock, utcnow
-from celery_outbox.records import (
-    Claim,
-    MessageStatus,
-    NewDeadLetter,
-    NewMessage,
-    StoredDeadLetter,
-    StoredMessage,
-)
+from celery_outbox.records import Claim, MessageStatus, NewMessage, StoredMessage
 from celery_outbox.rows import message_columns
-from celery_outbox.sqlalchemy import claims, inserts, letters, transactions
+from celery_outbox.sqlalchemy import claims, inserts, transactions
 from celery_outbox.sqlalchemy import statements as sql
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
 from celery_outbox.sqlalchemy.completions import SQLAlchemyCompletions
-from celery_outbox.sqlalchemy.tables import (
-    OutboxTables,
-    completed_table,
-    dead_letter_table,
-    delivery_table,
-    outbox_table,
-)
+from celery_outbox.sqlalchemy.letters import SQLAlchemyDeadLetters
+from celery_outbox.sqlalchemy.tables import OutboxTables, default_tables
+from celery_outbox.sqlalchemy.workflows import SQLAlchemyWorkflows
 from celery_outbox.storage import PublishCallback, Supersedes
 
 
-class SQLAlchemyOutboxStore(SQLAlchemyCompletions):
+class SQLAlchemyOutboxStore(SQLAlchemyCompletions, SQLAlchemyDeadLetters, SQLAlchemyWorkflows):
     """The outbox store for SQLAlchemy applications (Flask, FastAPI, scripts).
 
     Dispatches join the caller's ``Session`` transaction, found in this order: a
@@ -70,8 +59,7 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions):
     ) -> None:
         self.engine = engine
         self.scoped_session = scoped_session
-        default = OutboxTables(outbox_table, dead_letter_table, delivery_table, completed_table)
-        self.tables = tables or default
+        self.tables = tables or default_tables
         self.clock = clock
         self._bound: ContextVar[Session | None] = ContextVar(
             f"celery_outbox_session_{id(self)}", default=None
@@ -268,32 +256,3 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions):
     def forget_deliveries(self, task_id: str, *, using: str | None = None) -> None:
         with store_errors("forget deliveries"), self.engine.begin() as conn:
             sql.forget_deliveries(conn, self.tables.delivery, task_id)
-
-    # -- dead letters ---------------------------------------------------------------
-    def add_dead_letter(self, letter: NewDeadLetter, *, using: str | None = None) -> int:
-        with store_errors("write a dead letter"), self._caller_transaction() as conn:
-            return letters.insert(conn, self.tables.dead_letter, letter)
-
-    def get_dead_letter(
-        self, letter_id: int, *, using: str | None = None
-    ) -> StoredDeadLetter | None:
-        with store_errors("read a dead letter"), self._caller_transaction() as conn:
-            return letters.get(conn, self.tables.dead_letter, letter_id)
-
-    def requeue_dead_letter(
-        self,
-        letter_id: int,
-        message: NewMessage,
-        *,
-        by: str,
-        now: datetime,
-        using: str | None = None,
-    ) -> tuple[str, int | None]:
-        require_aware(now=now)
-        values = message_columns(message, created_at=self.clock())
-        with store_errors("requeue a dead letter"), self._caller_transaction() as conn:
-            return letters.requeue(conn, self.tables, letter_id, message=values, by=by, now=now)
-
-    def discard_dead_letter(self, letter_id: int, *, using: str | None = None) -> bool:
-        with store_errors("discard a dead letter"), self._caller_transaction() as conn:
-            return letters.discard(conn, self.tables.dead_letter, letter_id)

@@ -1,4 +1,5 @@
-"""The outbox and dead-letter tables, as SQLAlchemy Core ``Table`` objects.
+"""The outbox's tables (messages, dead letters, deliveries, completed tasks, workflows,
+chord joins), as SQLAlchemy Core ``Table`` objects.
 
 They mirror ``django_outbox.models`` column for column (a parity test checks), so a
 Django project and a SQLAlchemy service can share one database. Hand :data:`metadata`
@@ -11,14 +12,17 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from sqlalchemy import Column, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy.dialects import mysql
 
 from celery_outbox.records import (
+    CHORD_JOIN_TABLE,
     COMPLETED_TABLE,
     DEAD_LETTER_TABLE,
     DELIVERY_TABLE,
     OUTBOX_TABLE,
     TASK_ID_MAX_LENGTH,
     TASK_NAME_MAX_LENGTH,
+    WORKFLOW_TABLE,
     DeadLetterStatus,
     MessageStatus,
 )
@@ -38,11 +42,13 @@ class OutboxTables(NamedTuple):
     dead_letter: Table
     delivery: Table
     completed: Table
+    workflow: Table
+    chord_join: Table
 
 
 def define_tables(metadata: MetaData) -> OutboxTables:
-    """Add the outbox, dead-letter, delivery and completed-task tables to ``metadata``;
-    return them.
+    """Add the outbox, dead-letter, delivery, completed-task, workflow and chord-join
+    tables to ``metadata``; return them.
 
     Parameters
     ----------
@@ -56,6 +62,8 @@ def define_tables(metadata: MetaData) -> OutboxTables:
         _dead_letter_table(metadata),
         _delivery_table(metadata),
         _completed_table(metadata),
+        _workflow_table(metadata),
+        _chord_join_table(metadata),
     )
 
 
@@ -135,11 +143,58 @@ def _completed_table(metadata: MetaData) -> Table:
         Column("task_name", String(TASK_NAME_MAX_LENGTH), nullable=False),
         Column("completed_at", UTCDateTime, nullable=False),
         Column("result", Text, nullable=True),
+        Column("root_id", String(TASK_ID_MAX_LENGTH), nullable=True),
         Index("celery_outbox_completed_at_idx", "completed_at"),
         Index("celery_outbox_completed_name_idx", "task_name"),
+        Index("celery_outbox_completed_root_idx", "root_id"),
+    )
+
+
+def _workflow_table(metadata: MetaData) -> Table:
+    # One row per canvas dispatched, keyed by the root id Celery gives its tasks.
+    return Table(
+        WORKFLOW_TABLE,
+        metadata,
+        Column("id", BigIdType, primary_key=True, autoincrement=True),
+        Column("root_id", String(TASK_ID_MAX_LENGTH), nullable=False, unique=True),
+        Column("name", String(TASK_NAME_MAX_LENGTH), nullable=False),
+        Column("status", String(16), nullable=False, default="running"),
+        Column("steps_total", Integer, nullable=False),
+        Column("steps_done", Integer, nullable=False, default=0),
+        Column("created_at", UTCDateTime, nullable=False),
+        Column("finished_at", UTCDateTime, nullable=True),
+        Column("failed_task_id", String(TASK_ID_MAX_LENGTH), nullable=True),
+    )
+
+
+def _chord_join_table(metadata: MetaData) -> Table:
+    # One row per chord whose header steps are counted in the database (its group id).
+    return Table(
+        CHORD_JOIN_TABLE,
+        metadata,
+        Column("id", BigIdType, primary_key=True, autoincrement=True),
+        Column("group_id", String(TASK_ID_MAX_LENGTH), nullable=False, unique=True),
+        Column("root_id", String(TASK_ID_MAX_LENGTH), nullable=False),
+        Column("size", Integer, nullable=False),
+        Column("remaining", Integer, nullable=False),
+        # celery_outbox.join_parts: a JSON list, one slot per header step (LONGTEXT on
+        # MySQL/MariaDB, as Django's TextField: a big header's results pass 64 KiB).
+        Column(
+            "results", Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb"), nullable=False
+        ),
+        Column("created_at", UTCDateTime, nullable=False),
     )
 
 
 #: The library's own ``MetaData``, holding the tables.
 metadata = MetaData()
-outbox_table, dead_letter_table, delivery_table, completed_table = define_tables(metadata)
+#: The library's tables, on :data:`metadata` (what a store uses unless given others).
+default_tables = define_tables(metadata)
+(
+    outbox_table,
+    dead_letter_table,
+    delivery_table,
+    completed_table,
+    workflow_table,
+    chord_join_table,
+) = default_tables

@@ -28,6 +28,9 @@ NO_UNIT_MODULE: dict[str, str] = {
     "completions.py": "the CompletionStore contract: tests/contract/test_completions.py",
     "sqlalchemy/completions.py": "tests/contract/test_completions.py",
     "memory_transactions.py": "its transactions and on-commit: tests/contract",
+    "memory_workflows.py": "its workflows and chord joins: tests/contract/test_workflows.py",
+    "workflows.py": "the WorkflowStore contract: tests/contract/test_workflows.py",
+    "sqlalchemy/workflows.py": "tests/contract/test_workflows.py (every dialect, concurrency)",
     # The SQLAlchemy store, held to the same contract on PostgreSQL, MySQL and SQLite.
     "sqlalchemy/boundary.py": "driver errors of the SQLAlchemy store: tests/contract",
     "sqlalchemy/claims.py": "tests/contract/test_claims.py, test_claim_budget.py",
