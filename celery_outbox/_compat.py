@@ -33,11 +33,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, cast
 
-from celery import Celery, Signature, Task, chord, group
+from celery import Celery, Signature, Task, chord, group, maybe_signature
 from celery import _state as celery_state
+from celery.backends.base import DisabledBackend
+from celery.canvas import _chain
 from celery.result import AsyncResult
 from kombu import Connection
 from kombu.utils.uuid import uuid
@@ -141,11 +144,17 @@ class CanvasHooks:
     serves: Callable[[Celery], bool]
     chord_join: Callable[[Celery, group, Signature[Any]], OpenJoin | None]
     joining: Callable[[], AbstractContextManager[None]]
+    #: Whether a chord with this header (a list of signatures) is joined in the database.
+    joined_header: Callable[[Celery, list[Any]], bool]
 
 
 _ORIGINAL_CHORD_RUN = chord.run
 _ORIGINAL_GROUP_APPLY_ASYNC = group.apply_async
+_ORIGINAL_PREPARE_STEPS = _chain.prepare_steps
+_ORIGINAL_ENSURE_CHORDS_ALLOWED = DisabledBackend.ensure_chords_allowed
 _hooks: CanvasHooks | None = None
+#: Whether the chain being prepared in this context has only database-joined chords.
+_chords_joined: ContextVar[bool] = ContextVar("celery_outbox_chords_joined", default=False)
 
 
 def install_canvas_hooks(hooks: CanvasHooks) -> None:
@@ -156,11 +165,52 @@ def install_canvas_hooks(hooks: CanvasHooks) -> None:
     - A chord for which ``hooks.chord_join`` gives an opener runs Celery's own
       ``chord.run`` with the app's result backend replaced, for that call only, by one
       whose ``apply_chord`` opens the join in the database: no result backend needed.
+    - A chain whose chords (those it holds, and the groups it upgrades to chords) all
+      have ``hooks.joined_header`` is prepared without a result backend: Celery's
+      ``chain.prepare_steps`` asks ``app.backend.ensure_chords_allowed()`` for each
+      chord, which the disabled backend refuses; within it, it allows them.
     """
     global _hooks
     _hooks = hooks
     chord.run = _chord_run  # type: ignore[method-assign,assignment]
     group.apply_async = _group_apply_async  # type: ignore[method-assign,assignment]
+    _chain.prepare_steps = _prepare_steps  # type: ignore[method-assign]
+    DisabledBackend.ensure_chords_allowed = _ensure_chords_allowed  # type: ignore[method-assign]
+
+
+def _prepare_steps(self: _chain, args: Any, kwargs: Any, tasks: Any, *rest: Any, **kw: Any) -> Any:
+    app = kw.get("app") or (rest[3] if len(rest) > 3 else None) or self.app
+    joined = _hooks is not None and _hooks.serves(app) and _chords_all_joined(app, list(tasks))
+    token = _chords_joined.set(joined)
+    try:
+        return _ORIGINAL_PREPARE_STEPS(self, args, kwargs, tasks, *rest, **kw)
+    finally:
+        _chords_joined.reset(token)
+
+
+def _ensure_chords_allowed(self: DisabledBackend) -> None:
+    if not _chords_joined.get():
+        _ORIGINAL_ENSURE_CHORDS_ALLOWED(self)
+
+
+def _chords_all_joined(app: Celery, tasks: list[Any]) -> bool:
+    """Whether every chord of a chain's ``tasks`` (a group followed by a task is one) has
+    a database-joined header."""
+    assert _hooks is not None
+    for index, task in enumerate(tasks):
+        task = maybe_signature(task, app=app)
+        if isinstance(task, _chain) and not _chords_all_joined(app, list(task.tasks)):
+            return False
+        if isinstance(task, chord):
+            header = task.tasks
+            members = list(getattr(header, "tasks", header))
+        elif isinstance(task, group) and index < len(tasks) - 1:
+            members = list(task.tasks)  # upgraded: chord(group, next task)
+        else:
+            continue
+        if not _hooks.joined_header(app, members):
+            return False
+    return True
 
 
 def _at_top(app: Celery) -> bool:

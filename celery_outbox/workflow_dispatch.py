@@ -32,6 +32,9 @@ from celery_outbox.worker.attempt import JOIN_HEADER
 #: it dispatches their headers.
 _opened: ContextVar[set[str] | None] = ContextVar("celery_outbox_opened_joins", default=None)
 
+#: Whether the dispatches in this context are handed on by a running step (counted).
+_handing_on: ContextVar[bool] = ContextVar("celery_outbox_handing_on", default=False)
+
 #: Whether a task is a step that reports its completion (an ``OutboxTask``).
 IsStepTask = Callable[[Task[Any, Any] | None], bool]
 
@@ -43,6 +46,7 @@ def install(is_step_task: IsStepTask) -> None:
             serves=_serves,
             chord_join=lambda app, header, body: chord_join(app, header, body, is_step_task),
             joining=_joining,
+            joined_header=lambda app, members: joined_header(app, members, is_step_task),
         )
     )
 
@@ -66,14 +70,8 @@ def chord_join(
         When the header has more steps than ``outbox_chord_max_header``.
     """
     members = [signature(member, app=app) for member in header.tasks]
-    if not members:
+    if not joined_header(app, members, is_step_task):
         return None
-    for member in members:
-        task = app.tasks.get(member.task or "")
-        if member.subtask_type is not None or task is None or not is_step_task(task):
-            return None
-        if not is_atomic(task):
-            return None
     limit = OutboxConfig.from_celery(app).chord_max_header
     if limit is not None and len(members) > limit:
         raise ChordTooLarge(
@@ -96,6 +94,21 @@ def chord_join(
     return open_join
 
 
+def joined_header(app: Celery, members: list[Any], is_step_task: IsStepTask) -> bool:
+    """Whether a chord with these header signatures is joined in the database: a store
+    that keeps workflows, and every member a single atomic ``OutboxTask``."""
+    if not members or not _serves(app):
+        return False
+    for member in members:
+        sig = signature(member, app=app)
+        task = app.tasks.get(sig.task or "")
+        if sig.subtask_type is not None or task is None or not is_step_task(task):
+            return False
+        if not is_atomic(task):
+            return False
+    return True
+
+
 @contextmanager
 def _joining() -> Iterator[None]:
     """The context ``chord.run`` runs a database-joined chord in (see :func:`mark_join`)."""
@@ -104,6 +117,17 @@ def _joining() -> Iterator[None]:
         yield
     finally:
         _opened.reset(token)
+
+
+@contextmanager
+def handing_on() -> Iterator[None]:
+    """Within this block, dispatches are a running step's successors, counted in its
+    workflow already (a chord's body dispatched by its last header step)."""
+    token = _handing_on.set(True)
+    try:
+        yield
+    finally:
+        _handing_on.reset(token)
 
 
 def mark_join(options: dict[str, Any]) -> None:
@@ -126,7 +150,7 @@ def count_dispatch(
 ) -> None:
     """Add a dispatch's steps to its workflow, in the dispatching transaction, unless a
     running step hands it on (its steps are counted already) or it is no canvas step."""
-    if not store.keeps_workflows():
+    if _handing_on.get() or not store.keeps_workflows():
         return
     app = task.app
     running = app.current_worker_task

@@ -28,6 +28,7 @@ from celery_outbox.registry import store_for
 from celery_outbox.worker import successors
 from celery_outbox.worker.atomic import atomic_alias, serialise_result
 from celery_outbox.worker.attempt import JOIN_HEADER, Attempt
+from celery_outbox.workflow_dispatch import handing_on
 
 logger = logging.getLogger(__name__)
 
@@ -103,11 +104,12 @@ class Step:
             return
         body = signature(self.attempt.options["chord"], app=task.app)
         request = task.request
-        body.apply_async(
-            ([decode_part(part) for part in progress.results],),
-            parent_id=request.id,
-            root_id=request.root_id,
-        )
+        with handing_on():
+            body.apply_async(
+                ([decode_part(part) for part in progress.results],),
+                parent_id=request.id,
+                root_id=request.root_id,
+            )
 
 
 def encode_part(task: Task[Any, Any], value: Any) -> str | None:
