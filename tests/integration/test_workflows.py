@@ -234,3 +234,27 @@ def test_a_chord_over_the_header_limit_is_refused_at_dispatch(world: World) -> N
     header = [world.s(ADD, i, i, f"big-{i}") for i in range(51)]
     with pytest.raises(ChordTooLarge, match="51 header steps.*outbox_chord_max_header=50"):
         chord(header)(world.s(COLLECT, "big-body"))
+
+
+@pytest.fixture
+def backed_world(
+    redis_url: str, queue: str, database_url: str, shared_worker: SharedWorker
+) -> Iterator[World]:
+    yield from _world(redis_url, queue, database_url, shared_worker, redis_url)
+
+
+def test_with_a_result_backend_the_join_is_still_the_databases_and_results_arrive(
+    backed_world: World,
+) -> None:
+    world = backed_world
+    header = [world.s(ADD, i, 1, f"rbk-h{i}") for i in range(4)]
+    result = chord(header)(world.s(COLLECT, "rbk-body"))
+
+    assert result.get(timeout=30) == [1, 2, 3, 4]
+    found = world.finished(str(result.parent.id))
+    assert (found.status, found.steps_done, found.steps_total) == ("succeeded", 5, 5)
+    assert world.effect("rbk-body") == [1, 2, 3, 4]
+    # the backend's own chord counter was never touched: no header step reported to it
+    backend = world.app.backend
+    group_id = str(result.parent.id)
+    assert backend.client.exists(backend.get_key_for_group(group_id, ".j")) == 0
