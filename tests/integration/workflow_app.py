@@ -29,6 +29,7 @@ from sqlalchemy import (
 
 from celery_outbox import OutboxTask
 from celery_outbox.registry import install_store
+from celery_outbox.signals import task_duplicate_skipped
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, atomic_session
 from celery_outbox.sqlalchemy import metadata as outbox_metadata
 
@@ -47,6 +48,8 @@ effects = Table(
 )
 #: Keys ``fails_until`` lets pass (the test inserts them to let a step succeed).
 passes = Table("wf_pass", app_metadata, Column("key", String(100), primary_key=True))
+#: Every delivery of an atomic step that was skipped as a duplicate (its task id).
+skipped = Table("wf_skipped", app_metadata, Column("task_id", String(100), nullable=False))
 
 
 def create_app(
@@ -71,6 +74,12 @@ def create_app(
     app.task(name=COLLECT, **atomic)(collect)
     app.task(name=FAILS_UNTIL, max_retries=0, **atomic)(fails_until)
     app.task(name=LOOSE, base=OutboxTask, shared=False, bind=True)(_loose(engine))
+
+    def record_skip(sender: Any, task_id: str, **_: Any) -> None:
+        with engine.begin() as conn:
+            conn.execute(insert(skipped).values(task_id=task_id))
+
+    task_duplicate_skipped.connect(record_skip, weak=False)
     return app, engine, store
 
 
