@@ -197,7 +197,8 @@ def test_a_dead_lettered_step_fails_its_workflow_and_its_requeue_resumes_it(
         conn.execute(insert(passes).values(key="dl-b"))
     requeue(world.app, letter.id)
     resumed = world.workflow(root)
-    assert resumed is not None and resumed.status == "running"
+    assert resumed is not None
+    assert resumed.status == "running"
 
     found = world.finished(root)
     assert (found.status, found.steps_done, found.steps_total) == ("succeeded", 3, 3)
@@ -211,7 +212,8 @@ def test_a_dead_lettered_chord_header_step_resumes_the_join(world: World) -> Non
     assert world.finished(root).status == "failed"
     with world.engine.connect() as conn:
         letter_id = conn.execute(
-            select(dead_letter_table.c.id).where(dead_letter_table.c.task_name == FAILS_UNTIL)
+            select(dead_letter_table.c.id)
+            .where(dead_letter_table.c.task_name == FAILS_UNTIL)
             .order_by(dead_letter_table.c.id.desc())
         ).scalar()
     with world.engine.begin() as conn:
@@ -233,7 +235,7 @@ def test_a_rolled_back_canvas_leaves_no_workflow_and_no_step(world: World) -> No
 
 def test_a_chord_over_the_header_limit_is_refused_at_dispatch(world: World) -> None:
     header = [world.s(ADD, i, i, f"big-{i}") for i in range(51)]
-    with pytest.raises(ChordTooLarge, match="51 header steps.*outbox_chord_max_header=50"):
+    with pytest.raises(ChordTooLarge, match=r"51 header steps.*outbox_chord_max_header=50"):
         chord(header)(world.s(COLLECT, "big-body"))
 
 

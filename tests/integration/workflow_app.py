@@ -17,7 +17,6 @@ from celery import Celery, Task
 from sqlalchemy import (
     Column,
     Engine,
-    Integer,
     MetaData,
     String,
     Table,

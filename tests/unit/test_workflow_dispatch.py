@@ -1,0 +1,148 @@
+"""Workflows at dispatch (:mod:`celery_outbox.workflow_dispatch`): Celery's own canvas of
+``OutboxTask`` s, dispatched over the in-memory store and broker with no result backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from celery import Celery, chain, chord, group
+
+from celery_outbox import OutboxTask
+from celery_outbox.exceptions import ChordTooLarge
+from celery_outbox.registry import install_store
+from celery_outbox.state import reset
+from celery_outbox.testing import InMemoryOutboxStore
+from celery_outbox.worker.attempt import JOIN_HEADER
+from celery_outbox.workflow_dispatch import handing_on
+
+
+def body(*args: Any) -> None:
+    """A task body."""
+
+
+@pytest.fixture
+def store() -> InMemoryOutboxStore:
+    return InMemoryOutboxStore()
+
+
+@pytest.fixture
+def app(queue_name: str, store: InMemoryOutboxStore) -> Iterator[Celery]:
+    app = Celery("wf-dispatch", broker="memory://", set_as_current=False)
+    app.conf.update(task_default_queue=queue_name, outbox_chord_max_header=3)
+    for name in ("a", "b", "c"):
+        app.task(base=OutboxTask, name=f"wf.{name}", shared=False, atomic=True)(body)
+    app.task(base=OutboxTask, name="wf.loose", shared=False)(body)
+    app.task(name="wf.plain", shared=False)(body)
+    install_store(app, store)
+    yield app
+    reset(app)
+    app.close()
+
+
+def sig(app: Celery, name: str, *args: Any) -> Any:
+    return app.tasks[f"wf.{name}"].s(*args)
+
+
+def dispatch_then_roll_back(store: InMemoryOutboxStore, dispatch: Any) -> None:
+    with store.atomic():
+        dispatch()
+        raise RuntimeError("rollback")
+
+
+def headers(store: InMemoryOutboxStore) -> list[dict[str, Any]]:
+    return [dict(row.options["headers"]) for row in store.rows.values()]
+
+
+def test_a_chain_dispatched_in_a_transaction_opens_its_workflow_there(
+    app: Celery, store: InMemoryOutboxStore
+) -> None:
+    with store.atomic():
+        result = chain(sig(app, "a", 1), sig(app, "b"), sig(app, "loose"), sig(app, "plain"))()
+    root = result.parent.parent.parent.id
+    found = store.get_workflow(root)
+    assert found is not None
+    assert (found.status, found.steps_total, found.steps_done) == ("running", 3, 0)
+    assert found.name == "a → b → loose → plain"
+
+    rolled: list[Any] = []
+    with pytest.raises(RuntimeError, match="rollback"):
+        dispatch_then_roll_back(
+            store, lambda: rolled.append(chain(sig(app, "a", 1), sig(app, "b"))())
+        )
+    assert store.get_workflow(rolled[0].parent.id) is None
+
+
+def test_a_lone_task_opens_no_workflow(app: Celery, store: InMemoryOutboxStore) -> None:
+    result = app.tasks["wf.a"].delay(1)
+    assert store.get_workflow(result.id) is None
+    assert store.count_workflows()["running"] == 0
+
+
+def test_a_group_at_the_top_is_one_workflow_keyed_by_its_group_id(
+    app: Celery, store: InMemoryOutboxStore
+) -> None:
+    with store.atomic():  # rows are looked at before they are published
+        result = group(sig(app, "a", 1), chain(sig(app, "b", 2), sig(app, "c")))()
+        roots = {row.options["headers"]["root_id"] for row in store.rows.values()}
+    assert roots == {result.id}
+    found = store.get_workflow(result.id)
+    assert found is not None
+    assert found.steps_total == 3
+
+
+def test_a_chord_of_atomic_steps_opens_its_join_without_a_result_backend(
+    app: Celery, store: InMemoryOutboxStore
+) -> None:
+    with store.atomic():
+        result = chord([sig(app, "a", 1), sig(app, "b", 2)])(sig(app, "c"))
+        marks = [h[JOIN_HEADER] for h in headers(store)]
+    group_id = result.parent.id
+    assert marks == [group_id, group_id]
+    found = store.get_workflow(group_id)
+    assert found is not None
+    assert found.steps_total == 3  # two header steps and the body
+    progress = store.join_part(group_id, 1, None)
+    assert progress is not None
+    assert progress.remaining == 1
+
+
+def test_a_chord_with_a_step_that_is_not_atomic_is_celerys_and_needs_a_backend(
+    app: Celery, store: InMemoryOutboxStore
+) -> None:
+    with pytest.raises(NotImplementedError, match="result backend"):
+        chord([sig(app, "a", 1), sig(app, "loose", 2)])(sig(app, "c"))
+    with pytest.raises(NotImplementedError, match="result backend"):
+        chain(sig(app, "a", 1), group(sig(app, "plain"), sig(app, "b")), sig(app, "c"))()
+    assert store.rows == {}
+
+
+def test_a_chain_whose_group_becomes_a_joined_chord_needs_no_backend(
+    app: Celery, store: InMemoryOutboxStore
+) -> None:
+    with store.atomic():
+        chain(sig(app, "a", 1), group(sig(app, "b"), sig(app, "c")), sig(app, "a"))()
+        first = [row.task_id for row in store.rows.values()]
+    assert len(first) == 1  # the first step; the chord is dispatched by it
+    found = store.get_workflow(first[0])
+    assert found is not None
+    assert found.steps_total == 4
+
+
+def test_a_chord_over_the_header_limit_is_refused_before_anything_is_written(
+    app: Celery, store: InMemoryOutboxStore
+) -> None:
+    with pytest.raises(ChordTooLarge, match=r"4 header steps.*outbox_chord_max_header=3"):
+        chord([sig(app, "a", i) for i in range(4)])(sig(app, "c"))
+    assert store.rows == {}
+    assert sum(store.count_workflows().values()) == 0
+
+
+def test_dispatches_handed_on_by_a_running_step_are_not_counted_again(
+    app: Celery, store: InMemoryOutboxStore
+) -> None:
+    with store.atomic(), handing_on():
+        result = chain(sig(app, "a", 1), sig(app, "b"))()
+        assert len(store.rows) == 1  # dispatched, only not counted
+    assert store.get_workflow(result.parent.id) is None
