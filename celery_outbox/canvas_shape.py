@@ -84,6 +84,33 @@ def dispatch_steps(task_name: str, options: Mapping[str, Any], is_step: IsStep) 
     return steps
 
 
+def dispatch_task_names(task_name: str, options: Mapping[str, Any]) -> list[str]:
+    """The name of every task a new dispatch of ``task_name`` will run as its canvas
+    goes on: itself, its chain, and its chord's body (every task of nested canvases)."""
+    names = [task_name]
+    for piece in (*reversed(list(options.get("chain") or ())), options.get("chord")):
+        names.extend(_task_names(piece))
+    return names
+
+
+def _task_names(sig: Any) -> Iterator[str]:
+    if not isinstance(sig, Mapping):
+        return
+    kind = sig.get("subtask_type")
+    kwargs = sig.get("kwargs") or {}
+    if kind in ("chain", "group"):
+        for member in _members(kwargs.get("tasks")):
+            yield from _task_names(member)
+    elif kind == "chord":
+        for member in _members(kwargs.get("header")):
+            yield from _task_names(member)
+        yield from _task_names(kwargs.get("body"))
+    else:
+        yield str(sig.get("task") or "")
+        for step in reversed(list((sig.get("options") or {}).get("chain") or ())):
+            yield from _task_names(step)
+
+
 def handed_on_ids(request_options: Mapping[str, Any]) -> set[str]:
     """The task ids a running step hands on when it completes: every task of its
     ``chain`` and of its chord's body (already counted in its workflow's steps)."""

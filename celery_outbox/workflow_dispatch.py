@@ -18,8 +18,14 @@ from typing import Any
 
 from celery import Celery, Signature, Task, group, signature
 
-from celery_outbox import _compat
-from celery_outbox.canvas_shape import describe, dispatch_steps, handed_on_ids, in_canvas
+from celery_outbox import _compat, canvas_warnings
+from celery_outbox.canvas_shape import (
+    describe,
+    dispatch_steps,
+    dispatch_task_names,
+    handed_on_ids,
+    in_canvas,
+)
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import ChordTooLarge, NoStoreConfigured
@@ -164,6 +170,7 @@ def count_dispatch(
     effective = {**options, "root_id": root or task_id}
     if not in_canvas(task_id, effective):
         return
+    canvas_warnings.warn_once(app, dispatch_task_names(task.name, options), is_step_task)
     steps = dispatch_steps(task.name, options, lambda name: is_step_task(app.tasks.get(name)))
     if steps:
         store.add_workflow_steps(
