@@ -146,11 +146,16 @@ class DjangoHarness(Harness):
         return stored_message(OutboxMessage.objects.get(pk=row_id))
 
     def clear(self) -> None:
-        from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage
+        from django_outbox.models import (
+            ChordJoin,
+            CompletedTask,
+            DeadLetter,
+            OutboxMessage,
+            Workflow,
+        )
 
-        OutboxMessage.objects.all().delete()
-        DeadLetter.objects.all().delete()
-        CompletedTask.objects.all().delete()
+        for model in (OutboxMessage, DeadLetter, CompletedTask, Workflow, ChordJoin):
+            model.objects.all().delete()
 
     def in_thread(self, work: Callable[[], T]) -> T:
         from django.db import connections
