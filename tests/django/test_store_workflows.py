@@ -12,11 +12,13 @@ from django.db import connection
 from celery_outbox.records import CHORD_JOIN_TABLE, COMPLETED_TABLE, WORKFLOW_TABLE
 from django_outbox.models import ChordJoin, Workflow
 from django_outbox.store.workflows import add_steps_by_orm
+from tests.conftest import django_db_is_postgres
 from tests.contract.factories import NOW
 from tests.contract.harness import DjangoHarness
 from tests.django.helpers import postgres_only
 from tests.django.workflow_cases import (  # noqa: F401 (collected here)
     RACERS,
+    SERVER_ONLY,
     race,
     test_a_dead_letter_fails_its_workflow_in_the_letters_transaction,
     test_a_failed_workflow_resumes_keeping_its_last_failure,
@@ -36,7 +38,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def harness() -> Iterator[DjangoHarness]:
+def harness(request: pytest.FixtureRequest) -> Iterator[DjangoHarness]:
+    if request.node.name in SERVER_ONLY and not django_db_is_postgres():
+        pytest.skip("needs the PostgreSQL test database (concurrent transactions)")
     harness = DjangoHarness()
     yield harness
     harness.clear()
