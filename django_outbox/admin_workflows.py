@@ -27,6 +27,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
+from django_outbox._compat import instance_alias
 from django_outbox.admin_base import ReadOnlyAdmin
 from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage, Workflow
 
@@ -78,7 +79,7 @@ def letter_workflow(letter: DeadLetter) -> SafeString | str:
     root_id = canvas.get("root_id") if isinstance(canvas, dict) else None
     if not isinstance(root_id, str):
         return "-"
-    row = Workflow.objects.using(letter._state.db).filter(root_id=root_id).first()
+    row = Workflow.objects.using(instance_alias(letter)).filter(root_id=root_id).first()
     return root_id if row is None else admin_link(row, root_id)
 
 
@@ -117,7 +118,8 @@ class WorkflowAdmin(ReadOnlyAdmin):
     @admin.display(description=_("done"))
     def done_steps(self, workflow: Workflow) -> SafeString | str:
         """The workflow's completed atomic steps, oldest first, linked."""
-        rows = CompletedTask.objects.using(workflow._state.db).filter(root_id=workflow.root_id)
+        alias = instance_alias(workflow)
+        rows = CompletedTask.objects.using(alias).filter(root_id=workflow.root_id)
         return steps_table(
             rows.order_by("completed_at", "id").defer("result"),
             [_("task name"), _("task id"), _("completed at")],
@@ -127,7 +129,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
     @admin.display(description=_("dead letters"))
     def dead_steps(self, workflow: Workflow) -> SafeString | str:
         """The workflow's dead letters, newest first, linked to their pages."""
-        rows = DeadLetter.objects.using(workflow._state.db).filter(
+        rows = DeadLetter.objects.using(instance_alias(workflow)).filter(
             options__canvas__root_id=workflow.root_id
         )
         return steps_table(
@@ -147,7 +149,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
     @admin.display(description=_("pending"))
     def pending_steps(self, workflow: Workflow) -> SafeString | str:
         """The workflow's outbox rows waiting to be published, oldest first, linked."""
-        rows = OutboxMessage.objects.using(workflow._state.db).pending()
+        rows = OutboxMessage.objects.using(instance_alias(workflow)).pending()
         return steps_table(
             rows.filter(options__headers__root_id=workflow.root_id)
             .order_by("id")
