@@ -4,7 +4,8 @@ listing its steps.
 A workflow's steps are found three ways, each bounded to :data:`STEPS_SHOWN` rows:
 done steps are the ``CompletedTask`` rows of its ``root_id`` (an indexed column); failed
 steps are the dead letters whose options hold it (``options["canvas"]["root_id"]``, a
-JSON key lookup every supported database runs, scanning the dead letters); pending steps
+JSON key lookup every supported database runs, scanning the dead letters; the root step's
+own letter may have a canvas without it, found by its task id); pending steps
 are the ``pending`` outbox rows whose Celery headers hold it (``options["headers"]
 ["root_id"]``, scanning the pending rows only). Every value is escaped
 (``format_html``). Chord joins are internal and have no admin.
@@ -17,7 +18,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from django.contrib import admin
-from django.db.models import Model, QuerySet
+from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
@@ -76,9 +77,9 @@ def letter_workflow(letter: DeadLetter) -> SafeString | str:
     """A link to the workflow a dead letter's task is a step of; its root id unlinked when
     the workflow row is gone, ``-`` outside one."""
     canvas = (letter.options or {}).get("canvas")
-    root_id = canvas.get("root_id") if isinstance(canvas, dict) else None
-    if not isinstance(root_id, str):
+    if not isinstance(canvas, dict):
         return "-"
+    root_id = str(canvas.get("root_id") or letter.task_id)  # the root step's own id
     row = Workflow.objects.using(instance_alias(letter)).filter(root_id=root_id).first()
     return root_id if row is None else admin_link(row, root_id)
 
@@ -129,8 +130,9 @@ class WorkflowAdmin(ReadOnlyAdmin):
     @admin.display(description=_("dead letters"))
     def dead_steps(self, workflow: Workflow) -> SafeString | str:
         """The workflow's dead letters, newest first, linked to their pages."""
+        root_id = workflow.root_id
         rows = DeadLetter.objects.using(instance_alias(workflow)).filter(
-            options__canvas__root_id=workflow.root_id
+            Q(options__canvas__root_id=root_id) | Q(task_id=root_id, options__has_key="canvas")
         )
         return steps_table(
             rows.order_by("-failed_at", "-id").only(

@@ -29,7 +29,8 @@ class Workflow(models.Model):
     """A canvas of ``OutboxTask`` s (chain, group, chord), written in the transaction that
     dispatched it and counted step by step in each step's own transaction.
 
-    ``root_id`` is the id Celery gives the canvas's tasks as ``root_id``. A step that
+    ``root_id`` is the id Celery gives the canvas's tasks as ``root_id`` (a group or chord
+    dispatched at the top: its group id). A step that
     becomes a dead letter marks it ``failed``; requeueing that letter makes it ``running``
     again (``failed_task_id`` keeps the last failure).
     """
@@ -50,6 +51,9 @@ class Workflow(models.Model):
         db_table = WORKFLOW_TABLE
         verbose_name = _("workflow")
         verbose_name_plural = _("workflows")
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="celery_outbox_wf_status_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name}[{self.root_id}] ({self.status})"
@@ -58,7 +62,8 @@ class Workflow(models.Model):
 class ChordJoin(models.Model):
     """The header steps of one chord still to come (``remaining``) and the results of
     those in (``results``: JSON text, one entry per header step), keyed by the chord's
-    group id. Internal: read and written by the store only."""
+    group id (:mod:`celery_outbox.join_parts`). Internal: read and written by the store
+    only."""
 
     id = models.BigAutoField(primary_key=True)
     group_id = models.CharField(_("group id"), max_length=TASK_ID_MAX_LENGTH, unique=True)
@@ -72,6 +77,7 @@ class ChordJoin(models.Model):
         db_table = CHORD_JOIN_TABLE
         verbose_name = _("chord join")
         verbose_name_plural = _("chord joins")
+        indexes = [models.Index(fields=["created_at"], name="celery_outbox_join_created_idx")]
 
     def __str__(self) -> str:
         return f"chord {self.group_id}: {self.remaining} of {self.size} to go"

@@ -94,4 +94,5 @@ def stored_completion(row: CompletedTask) -> StoredCompletion:
         task_name=row.task_name,
         completed_at=row.completed_at,
         result=row.result,
+        root_id=row.root_id,
     )

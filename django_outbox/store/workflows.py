@@ -11,24 +11,22 @@ whatever ``transaction.atomic(using=...)`` block the caller is in, like ``add``:
   ``steps_total``, the status and ``finished_at`` set by a ``CASE`` on the row's values.
 - :meth:`DjangoWorkflows.join_part` reads the join row with ``SELECT ... FOR UPDATE``: a
   concurrent step waits, and the locking read sees the latest committed row even under
-  MySQL/MariaDB's ``REPEATABLE READ``.
+  MySQL/MariaDB's ``REPEATABLE READ`` (SQLite: an ``UPDATE`` takes the write lock first).
 
-A join's ``results`` column is JSON text with one entry per header step: ``null`` while
-the step is not in, ``[result]`` once it is (so a step that returned ``None`` is told
-apart from one not counted yet).
+A join's ``results`` column holds its header parts as :mod:`celery_outbox.join_parts`
+writes them (the same in every store).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Case, Count, DateTimeField, F, Q, QuerySet, Value, When
 from django.db.models.functions import Least
 
+from celery_outbox import join_parts
 from celery_outbox.storage import OutboxStore
 from celery_outbox.workflows import (
     WORKFLOW_STATUSES,
@@ -41,9 +39,6 @@ from django_outbox.models import ChordJoin, Workflow
 from django_outbox.store import sql
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
 from django_outbox.store.orm import locking
-
-#: One header step's entry in ``ChordJoin.results``: ``None`` (not in) or ``[result]``.
-Part = list[str | None] | None
 
 
 def workflows(alias: str) -> QuerySet[Workflow]:
@@ -179,7 +174,7 @@ class DjangoWorkflows(OutboxStore):
             root_id=root_id,
             size=size,
             remaining=size,
-            results=json.dumps([None] * size),
+            results=join_parts.empty_parts(size),
             created_at=now,
         )
         with store_errors("open a chord join"):
@@ -197,19 +192,15 @@ class DjangoWorkflows(OutboxStore):
         alias = alias_of(using)
         with store_errors("count a chord header step"), transaction.atomic(using=alias):
             found = joins(alias).filter(group_id=group_id)
-            join = locking(found, skip_locked=False).first()
+            join = _locked(found).first()
             if join is None:
                 return None
-            if not 0 <= index < join.size:
-                raise IndexError(
-                    f"chord {group_id!r} has {join.size} header steps: no step {index}"
-                )
-            parts: list[Part] = json.loads(join.results)
-            if parts[index] is None:
-                parts[index] = [result]
-                join.remaining -= 1
-                found.update(results=json.dumps(parts), remaining=join.remaining)
-        return JoinProgress(remaining=join.remaining, results=[_result(p) for p in parts])
+            parts = join_parts.with_part(join.results, index, result)
+            if parts is not None:
+                join.results, join.remaining = parts, join.remaining - 1
+                found.update(results=parts, remaining=join.remaining)
+        results = join_parts.part_results(join.results)
+        return JoinProgress(remaining=join.remaining, results=results)
 
     def purge_joins(self, *, older_than: datetime, limit: int, using: str | None = None) -> int:
         """Delete up to ``limit`` done joins created before ``older_than``, oldest first:
@@ -222,5 +213,10 @@ class DjangoWorkflows(OutboxStore):
             return raw_delete(joins(alias).filter(id__in=ids), alias) if ids else 0
 
 
-def _result(part: Any) -> str | None:
-    return None if part is None else part[0]
+def _locked(rows: QuerySet[ChordJoin]) -> QuerySet[ChordJoin]:
+    """``rows`` read with ``FOR UPDATE``; where the database has none (SQLite), after an
+    ``UPDATE`` that takes the write lock first (a read lock upgraded later fails at once,
+    "database is locked", against a concurrent step)."""
+    if not connections[rows.db].features.has_select_for_update:
+        rows.update(remaining=F("remaining"))
+    return locking(rows, skip_locked=False)

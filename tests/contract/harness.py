@@ -40,7 +40,7 @@ class Harness(abc.ABC):
 
     @abc.abstractmethod
     def clear(self) -> None:
-        """Delete every outbox row and dead letter."""
+        """Delete every row of the store's tables."""
 
     @abc.abstractmethod
     def read(self, row_id: int) -> StoredMessage:
@@ -78,6 +78,8 @@ class MemoryHarness(Harness):
         self.memory.letters.clear()
         self.memory.deliveries.clear()
         self.memory.completions.clear()
+        self.memory.workflows.clear()
+        self.memory.joins.clear()
 
 
 class SQLAlchemyHarness(Harness):
@@ -146,16 +148,11 @@ class DjangoHarness(Harness):
         return stored_message(OutboxMessage.objects.get(pk=row_id))
 
     def clear(self) -> None:
-        from django_outbox.models import (
-            ChordJoin,
-            CompletedTask,
-            DeadLetter,
-            OutboxMessage,
-            Workflow,
-        )
+        from django.apps import apps
 
-        for model in (OutboxMessage, DeadLetter, CompletedTask, Workflow, ChordJoin):
-            model.objects.all().delete()
+        for model in apps.get_app_config("django_outbox").get_models():
+            if model._meta.managed and not model._meta.proxy:
+                model._default_manager.all().delete()
 
     def in_thread(self, work: Callable[[], T]) -> T:
         from django.db import connections

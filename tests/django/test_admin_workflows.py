@@ -98,6 +98,8 @@ def test_a_workflow_page_lists_its_steps_with_links(client: Client) -> None:
         task_id="other-1", task_name="shop.charge", completed_at=WHEN, root_id="root-2"
     )
     letter = make_letter(task_id="step-3", options={"canvas": {"root_id": "root-1"}})
+    first = make_letter(task_id="root-1", options={"canvas": {"chain": [{"task": "t"}]}})
+    make_letter(task_id="root-1", task_name="shop.again")  # not a step: no canvas
     make_letter(task_id="other-3", options={"canvas": {"root_id": "root-2"}})
     make_letter(task_id="plain-3")
     pending_row("step-4", "root-1")
@@ -110,6 +112,9 @@ def test_a_workflow_page_lists_its_steps_with_links(client: Client) -> None:
     pending_url = reverse("admin:django_outbox_outboxmessage_change", args=[pending.pk])
     assert f'<a href="{done_url}">step-1</a>' in content
     assert f'<a href="{letter_url}">step-3</a>' in content
+    first_url = reverse("admin:django_outbox_deadletter_change", args=[first.pk])
+    assert f'<a href="{first_url}">root-1</a>' in content
+    assert "shop.again" not in content
     assert f'<a href="{pending_url}">step-4</a>' in content
     for elsewhere in ("other-1", "other-3", "plain-3", "other-4", "step-5"):
         assert elsewhere not in content
@@ -145,6 +150,7 @@ def test_a_dead_letter_links_to_its_workflow(client: Client) -> None:
     row = workflow("root-1")
     letter = make_letter(options={"canvas": {"root_id": "root-1"}})
     gone = make_letter(options={"canvas": {"root_id": "root-gone"}})
+    first = make_letter(task_id="root-1", options={"canvas": {"chain": [{"task": "t"}]}})
     plain = make_letter()
 
     def letter_page(pk: int) -> str:
@@ -154,6 +160,7 @@ def test_a_dead_letter_links_to_its_workflow(client: Client) -> None:
     url = reverse("admin:django_outbox_workflow_change", args=[row.pk])
     assert f'<a href="{url}">root-1</a>' in letter_page(letter.pk)
     assert "root-gone" in letter_page(gone.pk)
+    assert f'<a href="{url}">root-1</a>' in letter_page(first.pk)
     assert '<div class="readonly">-</div>' in letter_page(plain.pk)
 
 

@@ -17,8 +17,8 @@ from tests.contract.factories import NOW
 from tests.contract.harness import DjangoHarness
 from tests.django.helpers import postgres_only
 from tests.django.workflow_cases import (  # noqa: F401 (collected here)
+    CONCURRENT,
     RACERS,
-    SERVER_ONLY,
     race,
     test_a_dead_letter_fails_its_workflow_in_the_letters_transaction,
     test_a_failed_workflow_resumes_keeping_its_last_failure,
@@ -39,8 +39,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def harness(request: pytest.FixtureRequest) -> Iterator[DjangoHarness]:
-    if request.node.name in SERVER_ONLY and not django_db_is_postgres():
-        pytest.skip("needs the PostgreSQL test database (concurrent transactions)")
+    if request.node.name in CONCURRENT and not django_db_is_postgres():
+        pytest.skip("needs a database shared by connections (not in-memory SQLite)")
     harness = DjangoHarness()
     yield harness
     harness.clear()
@@ -58,7 +58,7 @@ def test_the_tables_have_their_shared_names_and_unique_keys() -> None:
         }
     for table, key in ((WORKFLOW_TABLE, "root_id"), (CHORD_JOIN_TABLE, "group_id")):
         assert any(c["unique"] and c["columns"] == [key] for c in tables[table].values())
-    assert tables[COMPLETED_TABLE]["celery_outbox_completed_root_idx"]["columns"] == ["root_id"]
+    assert tables[COMPLETED_TABLE]["celery_outbox_completed_wf_idx"]["columns"] == ["root_id"]
 
 
 def test_the_orm_path_adds_steps_like_the_upsert(harness: DjangoHarness) -> None:

@@ -3,9 +3,8 @@ process of its own on the database its environment names.
 
 ``python -m tests.django.workflows_client`` runs with ``tests.django.db_settings`` (so
 MySQL/MariaDB and SQLite get a Django of their own, outside pytest-django's PostgreSQL),
-migrates, runs each case on a fresh :class:`~tests.contract.harness.DjangoHarness`
-(SQLite skips :data:`~tests.django.workflow_cases.SERVER_ONLY`), and prints ``{case:
-"passed" or the traceback}`` and the vendor as JSON.
+migrates, runs each case on a fresh :class:`~tests.contract.harness.DjangoHarness`, and
+prints ``{case: "passed" or the traceback}`` and the vendor as JSON.
 """
 
 from __future__ import annotations
@@ -31,8 +30,6 @@ def main() -> None:
     outcome: dict[str, str] = {}
     for name, case in vars(workflow_cases).items():
         if not name.startswith("test_") or not callable(case):
-            continue
-        if connection.vendor == "sqlite" and name in workflow_cases.SERVER_ONLY:
             continue
         harness = DjangoHarness()
         harness.clear()
