@@ -17,9 +17,9 @@ DELIVERY_TABLE = "celery_outbox_delivery"
 #: Name of the table of atomic tasks that committed (one row per task id).
 COMPLETED_TABLE = "celery_outbox_completedtask"
 #: Name of the table of workflows (one row per canvas dispatched, keyed by its root id).
-WORKFLOW_TABLE = "celery_outbox_workflow"
-#: Name of the table of chord joins (one row per chord whose header is counted in the database).
-CHORD_JOIN_TABLE = "celery_outbox_chordjoin"
+WORKFLOW_TABLE = "outbox_workflow"
+#: Name of the table of chord joins (one row per chord whose header the database counts).
+CHORD_JOIN_TABLE = "outbox_chord_join"
 #: Longest task id the tables hold (``task_id`` columns).
 TASK_ID_MAX_LENGTH = 255
 #: Longest task name the tables hold (``task_name`` columns).

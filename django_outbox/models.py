@@ -287,7 +287,7 @@ class CompletedTask(models.Model):
         indexes = [
             models.Index(fields=["completed_at"], name="celery_outbox_completed_at_idx"),
             SharedNameIndex(fields=["task_name"], name="celery_outbox_completed_name_idx"),
-            models.Index(fields=["root_id"], name="celery_outbox_completed_wf_idx"),
+            SharedNameIndex(fields=["root_id"], name="celery_outbox_completed_root_idx"),
         ]
 
     def __str__(self) -> str:

@@ -51,9 +51,6 @@ class Workflow(models.Model):
         db_table = WORKFLOW_TABLE
         verbose_name = _("workflow")
         verbose_name_plural = _("workflows")
-        indexes = [
-            models.Index(fields=["status", "created_at"], name="celery_outbox_wf_status_idx"),
-        ]
 
     def __str__(self) -> str:
         return f"{self.name}[{self.root_id}] ({self.status})"
@@ -77,7 +74,6 @@ class ChordJoin(models.Model):
         db_table = CHORD_JOIN_TABLE
         verbose_name = _("chord join")
         verbose_name_plural = _("chord joins")
-        indexes = [models.Index(fields=["created_at"], name="celery_outbox_join_created_idx")]
 
     def __str__(self) -> str:
         return f"chord {self.group_id}: {self.remaining} of {self.size} to go"

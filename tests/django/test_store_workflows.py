@@ -58,7 +58,7 @@ def test_the_tables_have_their_shared_names_and_unique_keys() -> None:
         }
     for table, key in ((WORKFLOW_TABLE, "root_id"), (CHORD_JOIN_TABLE, "group_id")):
         assert any(c["unique"] and c["columns"] == [key] for c in tables[table].values())
-    assert tables[COMPLETED_TABLE]["celery_outbox_completed_wf_idx"]["columns"] == ["root_id"]
+    assert tables[COMPLETED_TABLE]["celery_outbox_completed_root_idx"]["columns"] == ["root_id"]
 
 
 def test_the_orm_path_adds_steps_like_the_upsert(harness: DjangoHarness) -> None:
