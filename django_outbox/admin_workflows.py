@@ -120,7 +120,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
         "progress",
         "created_at",
         "finished_at",
-        "failed_task_id",
+        "failed_task",
         "done_steps",
         "dead_steps",
         "pending_steps",
@@ -163,6 +163,16 @@ class WorkflowAdmin(ReadOnlyAdmin):
     def finished(self, workflow: Workflow) -> SafeString | str:
         """``finished_at``, short; ``-`` while running."""
         return "-" if workflow.finished_at is None else _short(workflow.finished_at)
+
+    @admin.display(description=_("failed task id"))
+    def failed_task(self, workflow: Workflow) -> SafeString | str:
+        """The last step that failed, linked to its latest dead letter when there is one."""
+        task_id = workflow.failed_task_id
+        if not task_id:
+            return "-"
+        letters = DeadLetter.objects.using(instance_alias(workflow)).filter(task_id=task_id)
+        letter = letters.only("id").order_by("-failed_at", "-id").first()
+        return task_id if letter is None else admin_link(letter, task_id)
 
     @admin.display(description=_("done"))
     def done_steps(self, workflow: Workflow) -> SafeString | str:

@@ -112,6 +112,7 @@ def test_a_workflow_page_lists_its_steps_with_links(client: Client) -> None:
     pending_url = reverse("admin:django_outbox_outboxmessage_change", args=[pending.pk])
     assert f'<a href="{done_url}">step-1</a>' in content
     assert f'<a href="{letter_url}">step-3</a>' in content
+    assert content.count(f'<a href="{letter_url}">step-3</a>') == 2  # failed task id too
     first_url = reverse("admin:django_outbox_deadletter_change", args=[first.pk])
     assert f'<a href="{first_url}">root-1</a>' in content
     assert "shop.again" not in content
