@@ -28,14 +28,10 @@ from django.db.models.functions import Least
 
 from celery_outbox import join_parts
 from celery_outbox.storage import OutboxStore
-from celery_outbox.workflows import (
-    WORKFLOW_STATUSES,
-    JoinProgress,
-    StoredWorkflow,
-    WorkflowStatus,
-)
+from celery_outbox.workflows import WORKFLOW_STATUSES, JoinProgress, StoredWorkflow, WorkflowStatus
 from django_outbox._compat import raw_delete
 from django_outbox.models import ChordJoin, Workflow
+from django_outbox.store import rows as convert
 from django_outbox.store import sql
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
 from django_outbox.store.orm import locking
@@ -84,21 +80,6 @@ def add_steps_by_orm(root_id: str, *, name: str, steps: int, now: datetime, alia
             )
     except IntegrityError:  # a concurrent transaction created it first: add to its row
         existing.update(steps_total=F("steps_total") + steps)
-
-
-def stored_workflow(row: Workflow) -> StoredWorkflow:
-    """The record of a ``Workflow`` row."""
-    status: WorkflowStatus = row.status  # type: ignore[assignment]
-    return StoredWorkflow(
-        root_id=row.root_id,
-        name=row.name,
-        status=status,
-        steps_total=row.steps_total,
-        steps_done=row.steps_done,
-        created_at=row.created_at,
-        finished_at=row.finished_at,
-        failed_task_id=row.failed_task_id,
-    )
 
 
 class DjangoWorkflows(OutboxStore):
@@ -153,7 +134,7 @@ class DjangoWorkflows(OutboxStore):
         refresh_connection(alias)
         with store_errors("read a workflow"):
             row = workflows(alias).filter(root_id=root_id).first()
-        return None if row is None else stored_workflow(row)
+        return None if row is None else convert.stored_workflow(row)
 
     def count_workflows(self, *, using: str | None = None) -> Mapping[WorkflowStatus, int]:
         """Workflows per status, every status present: one ``GROUP BY``."""
