@@ -1,5 +1,6 @@
 """The Django admin of the outbox: dead letters and outbox messages, both read-only (and
-the completed atomic tasks, :mod:`django_outbox.admin_completed`).
+the completed atomic tasks, :mod:`django_outbox.admin_completed`, and the workflows,
+:mod:`django_outbox.admin_workflows`).
 
 Nothing here edits a row directly. The actions keep only rows in a state they apply to,
 delegate to :mod:`django_outbox.admin_actions` (and from there to the core), and report
@@ -24,6 +25,7 @@ from celery_outbox.envelope import decode_body
 from django_outbox import admin_actions
 from django_outbox.admin_base import ReadOnlyAdmin, head, preformatted
 from django_outbox.admin_completed import CompletedTaskAdmin
+from django_outbox.admin_workflows import WorkflowAdmin, letter_workflow
 from django_outbox.dead_letters import discard_letters, requeue_letters
 from django_outbox.models import (
     DeadLetter,
@@ -32,7 +34,7 @@ from django_outbox.models import (
     OutboxMessageQuerySet,
 )
 
-__all__ = ["CompletedTaskAdmin", "DeadLetterAdmin", "OutboxMessageAdmin"]
+__all__ = ["CompletedTaskAdmin", "DeadLetterAdmin", "OutboxMessageAdmin", "WorkflowAdmin"]
 
 #: Characters of a message or error shown in a changelist column.
 SHORT_TEXT = 80
@@ -99,6 +101,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         "task_name",
         "task_id",
         "status",
+        "workflow",
         "exception_type",
         "message_block",
         "retries",
@@ -113,7 +116,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         "requeued_task_id",
     )
     fieldsets = (
-        (None, {"fields": ("task_name", "task_id", "status")}),
+        (None, {"fields": ("task_name", "task_id", "status", "workflow")}),
         (
             _("Failure"),
             {
@@ -135,6 +138,11 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     def short_message(self, letter: DeadLetter) -> str:
         """The exception message's first line, shortened (escaped by the changelist)."""
         return shorten(head(letter, "message_head", "exception_message"))
+
+    @admin.display(description=_("workflow"))
+    def workflow(self, letter: DeadLetter) -> SafeString | str:
+        """A link to the workflow the task is a step of (``-`` outside one)."""
+        return letter_workflow(letter)
 
     @admin.display(description=_("exception message"))
     def message_block(self, letter: DeadLetter) -> SafeString:

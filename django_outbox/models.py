@@ -1,5 +1,5 @@
 """The outbox table, the dead letters, the delivery counts and the completed atomic tasks,
-with their queries.
+with their queries (the workflow tables: :mod:`django_outbox.workflow_models`).
 
 Table, index and constraint names are those of ``docs/schema.md``, shared with the
 SQLAlchemy store (``tests/contract/test_schema_parity.py`` compares both), so one
@@ -28,6 +28,8 @@ from celery_outbox.records import (
     MessageStatus,
 )
 from django_outbox.dead_letters import discard_letter, requeue_letter
+from django_outbox.workflow_models import ChordJoin as ChordJoin
+from django_outbox.workflow_models import Workflow as Workflow
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -276,6 +278,7 @@ class CompletedTask(models.Model):
     task_name = models.CharField(_("task name"), max_length=TASK_NAME_MAX_LENGTH)
     completed_at = models.DateTimeField(_("completed at"))
     result = models.TextField(_("result"), null=True, blank=True)
+    root_id = models.CharField(_("workflow"), max_length=TASK_ID_MAX_LENGTH, null=True, blank=True)
 
     class Meta:
         db_table = COMPLETED_TABLE
@@ -284,6 +287,7 @@ class CompletedTask(models.Model):
         indexes = [
             models.Index(fields=["completed_at"], name="celery_outbox_completed_at_idx"),
             SharedNameIndex(fields=["task_name"], name="celery_outbox_completed_name_idx"),
+            SharedNameIndex(fields=["root_id"], name="celery_outbox_completed_root_idx"),
         ]
 
     def __str__(self) -> str:

@@ -6,6 +6,7 @@ module                 what it holds
 :mod:`.outbox`         :class:`DjangoOutboxStore`: delegation to the modules below
 :mod:`.calls`          the alias a call uses (an atomic task's own), error wrapping
 :mod:`.completions`    ``CompletedTask`` rows: atomic tasks run once per task id
+:mod:`.workflows`      ``Workflow`` rows and chord joins (durable canvases)
 :mod:`.vendors`        the PostgreSQL and SQLite strategies; one chosen per alias
 :mod:`.orm`            the generic ORM strategy (MySQL/MariaDB and any other database)
 :mod:`.sql`            every raw SQL statement of the store

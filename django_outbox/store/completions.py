@@ -86,7 +86,13 @@ class DjangoCompletions(OutboxStore):
 
     @contextlib.contextmanager
     def complete_once(
-        self, task_id: str, task_name: str, *, now: datetime, using: str | None = None
+        self,
+        task_id: str,
+        task_name: str,
+        *,
+        now: datetime,
+        using: str | None = None,
+        root_id: str | None = None,
     ) -> Iterator[Completion]:
         """``transaction.atomic(using=...)`` that inserts the task's row first (see the
         module); database errors of the store's own statements, or of the commit, leave as
@@ -95,13 +101,13 @@ class DjangoCompletions(OutboxStore):
         problem = self.atomic_problem(alias)
         if problem is not None:
             raise AtomicUnsupported(f"Atomic task {task_name!r} cannot run: {problem}.")
-        _check_identifiers(task_id, task_name)
+        _check_identifiers(task_id, task_name, root_id)
         body = _Body()
         with (
             store_errors("run an atomic task's transaction", unless=body.raised),
             running_on(alias),
         ):
-            opened, completion = _open(task_id, task_name, now=now, alias=alias)
+            opened, completion = _open(task_id, task_name, now=now, root_id=root_id, alias=alias)
             with opened:
                 try:
                     yield completion
@@ -136,7 +142,7 @@ class DjangoCompletions(OutboxStore):
 
 
 def _open(
-    task_id: str, task_name: str, *, now: datetime, alias: str
+    task_id: str, task_name: str, *, now: datetime, root_id: str | None, alias: str
 ) -> tuple[contextlib.ExitStack, Completion]:
     """Enter ``transaction.atomic`` and :func:`_begin`; the open transaction and its run.
 
@@ -152,7 +158,7 @@ def _open(
         opened = contextlib.ExitStack()
         opened.enter_context(transaction.atomic(using=alias))
         try:
-            return opened, _begin(task_id, task_name, now=now, alias=alias)
+            return opened, _begin(task_id, task_name, now=now, root_id=root_id, alias=alias)
         except BaseException as exc:
             opened.__exit__(type(exc), exc, exc.__traceback__)  # rolls back
             if not starts_left or not _aborted_by_the_database(exc):
@@ -170,10 +176,12 @@ def _aborted_by_the_database(exc: BaseException) -> bool:
     return bool(states & {"40001", "40P01"}) or mysql_code == _MYSQL_DEADLOCK
 
 
-def _begin(task_id: str, task_name: str, *, now: datetime, alias: str) -> Completion:
+def _begin(
+    task_id: str, task_name: str, *, now: datetime, root_id: str | None, alias: str
+) -> Completion:
     """Insert the row, or read the earlier run's (locking it until this block ends)."""
     for _ in range(_TRIES):
-        if sql.insert_completion(task_id, task_name, now=now, alias=alias):
+        if sql.insert_completion(task_id, task_name, now=now, root_id=root_id, alias=alias):
             return Completion(task_id, task_name)
         previous = locking(completed(alias).filter(task_id=task_id), skip_locked=False).first()
         if previous is not None:
@@ -184,10 +192,12 @@ def _begin(task_id: str, task_name: str, *, now: datetime, alias: str) -> Comple
     )
 
 
-def _check_identifiers(task_id: str, task_name: str) -> None:
+def _check_identifiers(task_id: str, task_name: str, root_id: str | None) -> None:
+    """Refuse values MySQL's ``INSERT IGNORE`` would cut short instead of refusing."""
     for what, value, longest in (
         ("task id", task_id, TASK_ID_MAX_LENGTH),
         ("task name", task_name, TASK_NAME_MAX_LENGTH),
+        ("root id", "" if root_id is None else root_id, TASK_ID_MAX_LENGTH),
     ):
         if not isinstance(value, str) or len(value) > longest:
             raise StoreDataError(

@@ -11,6 +11,7 @@ from django.db.models import F
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter, NewMessage, StoredDeadLetter
 from django_outbox.models import DeadLetter, DeliveryCount
 from django_outbox.store import rows as convert
+from django_outbox.store import workflows
 from django_outbox.store.orm import locking
 
 #: Inserts an outbox row (the alias's strategy): its id, or ``None`` when already pending.
@@ -39,10 +40,14 @@ def forget_deliveries(task_id: str, *, alias: str) -> None:
     DeliveryCount.objects.using(alias).filter(task_id=task_id).delete()
 
 
-def add_dead_letter(letter: NewDeadLetter, *, alias: str) -> int:
-    """Write a dead letter in the caller's transaction (at once outside one)."""
+def add_dead_letter(letter: NewDeadLetter, *, alias: str, workflow: str | None = None) -> int:
+    """Write a dead letter in the caller's transaction (at once outside one); with
+    ``workflow``, mark that workflow failed by the letter's task in the same transaction."""
     row = convert.new_dead_letter(letter)
-    row.save(using=alias, force_insert=True)
+    with transaction.atomic(using=alias, savepoint=False):
+        row.save(using=alias, force_insert=True)
+        if workflow is not None:
+            workflows.mark_failed(workflow, letter.task_id, now=letter.failed_at, alias=alias)
     return int(row.pk)
 
 
@@ -53,9 +58,17 @@ def get_dead_letter(letter_id: int, *, alias: str) -> StoredDeadLetter | None:
 
 
 def requeue_dead_letter(
-    letter_id: int, message: NewMessage, insert: Insert, *, by: str, now: datetime, alias: str
+    letter_id: int,
+    message: NewMessage,
+    insert: Insert,
+    *,
+    by: str,
+    now: datetime,
+    alias: str,
+    workflow: str | None = None,
 ) -> tuple[str, int | None]:
-    """Add ``message`` with ``insert`` and mark the letter ``requeued``, in one transaction."""
+    """Add ``message`` with ``insert``, mark the letter ``requeued`` and resume its
+    ``workflow`` (when given), in one transaction."""
     with transaction.atomic(using=alias):
         letter = locking(
             DeadLetter.objects.using(alias).filter(pk=letter_id), skip_locked=False
@@ -71,6 +84,8 @@ def requeue_dead_letter(
             requeued_by=by,
             requeued_task_id=message.task_id,
         )
+        if workflow is not None:
+            workflows.resume(workflow, alias=alias)
     return message.task_id, row_id
 
 

@@ -3,7 +3,8 @@
 Every method takes ``using``, a database alias (``None`` means the running atomic task's
 alias, else ``"default"``: :mod:`~django_outbox.store.calls`), and hands
 the work to that alias's strategy (:mod:`~django_outbox.store.vendors`) or to the
-vendor-independent dead letter code (:mod:`~django_outbox.store.letters`). Rows are
+vendor-independent dead letter code (:mod:`~django_outbox.store.letters`); workflows and
+chord joins are :mod:`~django_outbox.store.workflows`. Rows are
 written in whatever ``transaction.atomic(using=...)`` block the caller is in; database
 errors leave as :class:`~celery_outbox.exceptions.StoreError` with the cause chained.
 """
@@ -31,9 +32,10 @@ from django_outbox.store.calls import alias_of, refresh_connection, store_errors
 from django_outbox.store.completions import DjangoCompletions
 from django_outbox.store.orm import messages
 from django_outbox.store.vendors import strategy_for
+from django_outbox.store.workflows import DjangoWorkflows
 
 
-class DjangoOutboxStore(DjangoCompletions):
+class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows):
     """The ORM store ``django_outbox`` installs as the default store in ``ready()``."""
 
     # -- dispatch -----------------------------------------------------------------------
@@ -207,10 +209,13 @@ class DjangoOutboxStore(DjangoCompletions):
             letters.forget_deliveries(task_id, alias=alias_of(using))
 
     # -- dead letters -------------------------------------------------------------------
-    def add_dead_letter(self, letter: NewDeadLetter, *, using: str | None = None) -> int:
-        """Write a dead letter in the caller's transaction (at once outside one)."""
+    def add_dead_letter(
+        self, letter: NewDeadLetter, *, using: str | None = None, workflow: str | None = None
+    ) -> int:
+        """Write a dead letter in the caller's transaction (at once outside one), and mark
+        its ``workflow`` failed in the same transaction."""
         with store_errors("write a dead letter"):
-            return letters.add_dead_letter(letter, alias=alias_of(using))
+            return letters.add_dead_letter(letter, alias=alias_of(using), workflow=workflow)
 
     def get_dead_letter(
         self, letter_id: int, *, using: str | None = None
@@ -227,13 +232,15 @@ class DjangoOutboxStore(DjangoCompletions):
         by: str,
         now: datetime,
         using: str | None = None,
+        workflow: str | None = None,
     ) -> tuple[str, int | None]:
-        """Add ``message`` and mark the letter ``requeued``, in one transaction."""
+        """Add ``message``, mark the letter ``requeued`` and resume its ``workflow``, in one
+        transaction."""
         alias = alias_of(using)
         insert = functools.partial(strategy_for(alias).insert, alias=alias)
         with store_errors("requeue a dead letter"):
             return letters.requeue_dead_letter(
-                letter_id, message, insert, by=by, now=now, alias=alias
+                letter_id, message, insert, by=by, now=now, alias=alias, workflow=workflow
             )
 
     def discard_dead_letter(self, letter_id: int, *, using: str | None = None) -> bool:

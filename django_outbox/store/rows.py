@@ -24,7 +24,8 @@ from celery_outbox.records import (
     StoredDeadLetter,
     StoredMessage,
 )
-from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage
+from celery_outbox.workflows import StoredWorkflow, WorkflowStatus
+from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage, Workflow
 
 #: Columns a new outbox row is written with (``id`` comes from the database).
 NEW_MESSAGE_FIELDS = (
@@ -94,4 +95,20 @@ def stored_completion(row: CompletedTask) -> StoredCompletion:
         task_name=row.task_name,
         completed_at=row.completed_at,
         result=row.result,
+        root_id=row.root_id,
+    )
+
+
+def stored_workflow(row: Workflow) -> StoredWorkflow:
+    """The record of a ``Workflow`` row."""
+    status: WorkflowStatus = row.status  # type: ignore[assignment]
+    return StoredWorkflow(
+        root_id=row.root_id,
+        name=row.name,
+        status=status,
+        steps_total=row.steps_total,
+        steps_done=row.steps_done,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+        failed_task_id=row.failed_task_id,
     )

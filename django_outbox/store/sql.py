@@ -31,6 +31,10 @@ PostgreSQL, SQLite and MySQL/MariaDB
     only ignores the duplicate key). A concurrent, uncommitted insert of the same task id
     makes it wait on the key until that transaction ends. :func:`set_result` writes the
     run's result just before the commit (both run once per atomic task).
+    :func:`add_workflow_steps` creates a ``Workflow`` row or adds to its ``steps_total``
+    in one statement, ``INSERT ... ON CONFLICT (root_id) DO UPDATE`` (``ON DUPLICATE KEY
+    UPDATE`` on MySQL/MariaDB): a concurrent transaction adding to the same workflow waits
+    on the key, then adds to the committed total, so no addition is lost.
 """
 
 from __future__ import annotations
@@ -41,7 +45,13 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from celery_outbox.records import COMPLETED_TABLE, OUTBOX_TABLE, MessageStatus, NewMessage
+from celery_outbox.records import (
+    COMPLETED_TABLE,
+    OUTBOX_TABLE,
+    WORKFLOW_TABLE,
+    MessageStatus,
+    NewMessage,
+)
 from django_outbox.models import OutboxMessage
 from django_outbox.store import rows as convert
 
@@ -83,7 +93,8 @@ _ASYNC_COMMIT = " AND (SELECT set_config('synchronous_commit', 'off', true)) IS 
 _UPSERT: dict[str, str] = {}
 
 _COMPLETION = (
-    f"{COMPLETED_TABLE} (task_id, task_name, completed_at, result) VALUES (%s, %s, %s, NULL)"
+    f"{COMPLETED_TABLE} (task_id, task_name, completed_at, result, root_id) "
+    "VALUES (%s, %s, %s, NULL, %s)"
 )
 _DO_NOTHING = f"INSERT INTO {_COMPLETION} ON CONFLICT (task_id) DO NOTHING"
 #: The insert-or-nothing of a ``CompletedTask`` row per vendor (the names need no quoting).
@@ -95,6 +106,22 @@ _INSERT_COMPLETION = {
 _SET_RESULT = f"UPDATE {COMPLETED_TABLE} SET result = %s WHERE task_id = %s"
 #: Vendors :func:`insert_completion` has a statement for.
 COMPLETION_VENDORS = frozenset(_INSERT_COMPLETION)
+
+_NEW_WORKFLOW = (
+    f"INSERT INTO {WORKFLOW_TABLE} (root_id, name, status, steps_total, steps_done, created_at) "
+    "VALUES (%s, %s, 'running', %s, 0, %s) "
+)
+_ON_CONFLICT_ADD = (
+    f"ON CONFLICT (root_id) DO UPDATE SET steps_total = {WORKFLOW_TABLE}.steps_total + %s"
+)
+#: The create-or-add of a ``Workflow`` row's steps per vendor (the names need no quoting).
+_ADD_WORKFLOW_STEPS = {
+    "postgresql": _NEW_WORKFLOW + _ON_CONFLICT_ADD,
+    "sqlite": _NEW_WORKFLOW + _ON_CONFLICT_ADD,
+    "mysql": _NEW_WORKFLOW + "ON DUPLICATE KEY UPDATE steps_total = steps_total + %s",
+}
+#: Vendors :func:`add_workflow_steps` has a statement for.
+WORKFLOW_VENDORS = frozenset(_ADD_WORKFLOW_STEPS)
 
 
 def claim_ids(
@@ -177,11 +204,13 @@ def _upsert_sql(connection: Any) -> str:
     return sql
 
 
-def insert_completion(task_id: str, task_name: str, *, now: datetime, alias: str) -> bool:
+def insert_completion(
+    task_id: str, task_name: str, *, now: datetime, root_id: str | None, alias: str
+) -> bool:
     """Insert ``task_id``'s ``CompletedTask`` row (``result`` NULL) unless it has one;
     whether it did. Waits while another transaction holds the same task id."""
     connection = connections[alias]
-    params = [task_id, task_name, connection.ops.adapt_datetimefield_value(now)]
+    params = [task_id, task_name, connection.ops.adapt_datetimefield_value(now), root_id]
     with transaction.mark_for_rollback_on_error(using=alias), connection.cursor() as cursor:
         cursor.execute(_INSERT_COMPLETION[connection.vendor], params)
         return bool(cursor.rowcount == 1)
@@ -191,3 +220,12 @@ def set_result(task_id: str, result: str, *, alias: str) -> None:
     """Write ``result`` into ``task_id``'s ``CompletedTask`` row (one ``UPDATE``)."""
     with transaction.mark_for_rollback_on_error(using=alias), connections[alias].cursor() as cursor:
         cursor.execute(_SET_RESULT, [result, task_id])
+
+
+def add_workflow_steps(root_id: str, *, name: str, steps: int, now: datetime, alias: str) -> None:
+    """Create ``root_id``'s ``running`` workflow with ``steps`` steps, or add ``steps`` to
+    the ``steps_total`` of its row (one statement; PostgreSQL, SQLite, MySQL/MariaDB)."""
+    connection = connections[alias]
+    params = [root_id, name, steps, connection.ops.adapt_datetimefield_value(now), steps]
+    with transaction.mark_for_rollback_on_error(using=alias), connection.cursor() as cursor:
+        cursor.execute(_ADD_WORKFLOW_STEPS[connection.vendor], params)

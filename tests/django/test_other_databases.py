@@ -79,6 +79,25 @@ def test_the_atomic_task_contract_holds_on_other_databases(
     assert len(outcome["tests"]) >= 9  # every contract test ran, both cases of the race
 
 
+@pytest.mark.parametrize(
+    "isolation", [None, "repeatable read"], ids=["default-isolation", "repeatable-read"]
+)
+def test_workflow_rows_and_chord_joins_on_other_databases(
+    other_database_url: str, isolation: str | None
+) -> None:
+    env = {"OUTBOX_DJANGO_DB_URL": other_database_url}
+    if isolation is not None:
+        if not other_database_url.startswith("mysql"):
+            pytest.skip("SQLite has one isolation level")
+        # Under REPEATABLE READ a header step must still see the parts committed before it.
+        env["OUTBOX_DJANGO_DB_OPTIONS"] = json.dumps({"isolation_level": isolation})
+    outcome = json.loads(run_django(["tests.django.workflows_client"], env))
+    assert outcome["vendor"] == other_database_url.split(":")[0]
+    failed = {name: text for name, text in outcome["tests"].items() if text != "passed"}
+    assert failed == {}
+    assert len(outcome["tests"]) >= 10
+
+
 def test_the_atomic_task_contract_holds_on_postgresql_repeatable_read(
     postgres_database_url: str,
 ) -> None:

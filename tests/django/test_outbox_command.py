@@ -120,6 +120,20 @@ def test_status_counts_rows_dead_letters_and_the_oldest_pending_age(use_app: Any
     assert "pending" in text
     assert "oldest pending: 9" in text
     assert "dead letters: dead 1, requeued 0, discarded 1" in text
+    assert report["workflows"] == {"running": 0, "succeeded": 0, "failed": 0}
+    assert "workflows: running 0, succeeded 0, failed 0" in text
+
+
+def test_status_counts_workflows_by_status(use_app: Any) -> None:
+    use_app("memory://", "status-workflows-q")
+    store = DjangoOutboxStore()
+    for n in range(4):
+        store.add_workflow_steps(f"root-{n}", name="tests.chain", steps=1, now=now())
+    store.workflow_step_done("root-0", now=now())
+    store.workflow_failed("root-1", "task-1", now=now())
+    report = json.loads(outbox("status", "--json"))["default"]
+    assert report["workflows"] == {"running": 2, "succeeded": 1, "failed": 1}
+    assert "  workflows: running 2, succeeded 1, failed 1\n" in outbox("status")
 
 
 def test_a_row_past_its_publish_attempts_is_failed_and_counted_by_status(use_app: Any) -> None:

@@ -1,5 +1,5 @@
-"""``outbox status``: rows by state, the oldest pending row's age, the dead letters, and the
-completed atomic tasks (``CompletedTask`` rows)."""
+"""``outbox status``: rows by state, the oldest pending row's age, the dead letters, the
+completed atomic tasks (``CompletedTask`` rows) and the workflows by status."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from django_outbox.management.outbox_commands._context import (
 )
 
 HELP = (
-    "Count outbox rows by state, dead letters by status and completed atomic tasks; "
-    "show the oldest pending age."
+    "Count outbox rows by state, dead letters by status, completed atomic tasks and "
+    "workflows by status; show the oldest pending age."
 )
 
 
@@ -41,8 +41,8 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
 
 
 def status_of(store: OutboxStore, alias: str) -> dict[str, Any]:
-    """Counts, oldest pending age (seconds), dead letters and completed atomic tasks of
-    database ``alias``."""
+    """Counts, oldest pending age (seconds), dead letters, completed atomic tasks and
+    workflows of database ``alias``."""
     counts = store.count_by_status(using=alias)
     oldest = store.oldest_pending(using=alias)
     return {
@@ -52,6 +52,7 @@ def status_of(store: OutboxStore, alias: str) -> dict[str, Any]:
         else round((utcnow() - oldest).total_seconds(), 3),
         "dead_letters": dead_letter_counts(alias),
         "completed_tasks": store.count_completed(using=alias),
+        "workflows": dict(store.count_workflows(using=alias)),
     }
 
 
@@ -73,4 +74,6 @@ def format_status(alias: str, status: dict[str, Any]) -> str:
     letters = ", ".join(f"{s} {n}" for s, n in status["dead_letters"].items())
     lines.append(f"  dead letters: {letters}")
     lines.append(f"  completed atomic tasks: {status['completed_tasks']}")
+    workflows = ", ".join(f"{s} {n}" for s, n in status["workflows"].items())
+    lines.append(f"  workflows: {workflows}")
     return "\n".join(lines)
