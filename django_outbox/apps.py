@@ -16,12 +16,17 @@ class DjangoOutboxConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Make the ORM store the default outbox store; connect signals; register checks."""
+        """Make the ORM store the default outbox store; connect signals; register checks;
+        warn about canvases with steps that are not atomic while ``DEBUG`` is on."""
+        from django.conf import settings
+
+        from celery_outbox import canvas_warnings
         from celery_outbox.registry import set_default_store
         from django_outbox import checks, signals
         from django_outbox.store import DjangoOutboxStore
 
         set_default_store(DjangoOutboxStore())
+        canvas_warnings.enable(lambda: bool(settings.DEBUG))
         signals.connect()
         for check in checks.CHECKS:
             django_checks.register(check, "django_outbox")

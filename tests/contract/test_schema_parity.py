@@ -94,22 +94,12 @@ def _pairs() -> list[tuple[Any, Table]]:
     return pairs
 
 
-#: The Django side of the workflow tables (``Workflow``, ``ChordJoin``, ``CompletedTask.root_id``)
-#: is built on another branch (wf-dj). Strict: once it is merged these tests pass, the mark
-#: fails them, and it must be removed.
-awaiting_django_workflows = pytest.mark.xfail(
-    strict=True, reason="Django models for the workflow tables are not merged yet"
-)
-
-
-@awaiting_django_workflows
 def test_every_sqlalchemy_table_has_a_django_model() -> None:
     models = _models()
     missing = sorted(set(metadata.tables) - set(models))
     assert not missing, f"tables without a Django model: {missing}"
 
 
-@awaiting_django_workflows
 def test_columns_agree_on_names_nullability_and_types() -> None:
     for model, table in _pairs():
         assert _django_columns(model) == _sa_columns(table), table.name
@@ -120,7 +110,6 @@ def test_primary_keys_agree() -> None:
         assert [model._meta.pk.column] == [c.name for c in table.primary_key], table.name
 
 
-@awaiting_django_workflows
 def test_indexes_agree_on_names_columns_and_uniqueness() -> None:
     for model, table in _pairs():
         assert _django_indexes(model) == _sa_indexes(table), table.name
