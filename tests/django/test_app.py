@@ -29,6 +29,16 @@ def test_ready_installs_the_orm_store_as_default() -> None:
     assert isinstance(store_for(Celery("fresh", set_as_current=False)), DjangoOutboxStore)
 
 
+def test_canvas_warnings_follow_debug(settings: Any) -> None:
+    # the app's ready() points the development warning at settings.DEBUG
+    from celery_outbox import canvas_warnings
+
+    settings.DEBUG = True
+    assert canvas_warnings._enabled() is True
+    settings.DEBUG = False
+    assert canvas_warnings._enabled() is False
+
+
 def test_models_use_the_shared_tables() -> None:
     assert OutboxMessage._meta.db_table == OUTBOX_TABLE
     assert DeadLetter._meta.db_table == DEAD_LETTER_TABLE
