@@ -218,6 +218,7 @@ def test_workflows_succeed_once_each_under_kills_and_a_broker_restart(
             "republished_rows": workers.chaos.republished,
             "pending_at_broker_restart": pending_at_restart,
             "lost_past_broker": outcome.lost_past_broker,
+            "seconds_to_all_succeeded": round(max(0.0, outcome.outbox_done_at - started), 1),
             "worker_restarts": workers.restarts("outbox"),
             "timed_out": outcome.timed_out,
         },

@@ -129,10 +129,12 @@ def republish_stalled(engine: Engine) -> int:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How the run ended: messages lost past the broker (republished), and a timeout."""
+    """How the run ended: messages lost past the broker (republished), a timeout, and
+    when (``time.monotonic()``) every outbox workflow had succeeded (0.0: never)."""
 
     lost_past_broker: int
     timed_out: bool
+    outbox_done_at: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,7 +153,7 @@ def run_to_the_end(
     :data:`QUIET` s), or ``timeout``. An outbox that went quiet unfinished has lost a
     message past the broker: its stalled rows are republished (and counted)."""
     deadline = time.monotonic() + timeout
-    lost_past_broker = 0
+    lost_past_broker, outbox_done_at = 0, 0.0
     last: dict[str, int] = {}
     since: dict[str, float] = {}
     while time.monotonic() < deadline:
@@ -172,7 +174,9 @@ def run_to_the_end(
         if quiet["outbox"] and finished < workflows_total:
             lost_past_broker += republish_stalled(engine)
             since["outbox"] = now
-        if finished == workflows_total and quiet["plain"]:
-            return Outcome(lost_past_broker=lost_past_broker, timed_out=False)
+        if finished == workflows_total:
+            outbox_done_at = outbox_done_at or now
+            if quiet["plain"]:
+                return Outcome(lost_past_broker, timed_out=False, outbox_done_at=outbox_done_at)
         time.sleep(0.1)
-    return Outcome(lost_past_broker=lost_past_broker, timed_out=True)
+    return Outcome(lost_past_broker, timed_out=True, outbox_done_at=outbox_done_at)

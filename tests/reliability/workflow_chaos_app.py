@@ -103,9 +103,10 @@ def register_outbox_tasks(app: Celery, ledger_dir: str) -> None:
         _record_atomic(ledger_dir, key, results)
         return results
 
-    options: dict[str, Any] = {"base": FastRetries, "bind": True, "shared": False}
-    app.task(name=STEP, atomic=True, ignore_result=True, **options)(step)
-    app.task(name=COLLECT, atomic=True, ignore_result=True, **options)(collect)
+    for name, body in ((STEP, step), (COLLECT, collect)):
+        app.task(
+            name=name, base=FastRetries, bind=True, shared=False, atomic=True, ignore_result=True
+        )(body)
 
     def skipped(sender: Task[Any, Any], task_id: str, **_: Any) -> None:
         if sender.name in (STEP, COLLECT):
