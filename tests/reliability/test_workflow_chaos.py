@@ -244,7 +244,6 @@ def test_workflows_succeed_once_each_under_kills_and_a_broker_restart(
     log = workers.supervisors["outbox"].worker.log_text()[-3000:]
     assert workers.kills >= 10, "hardly any pool child was killed: the scenario did not happen"
     assert pending_at_restart >= 1, "nothing waited for the broker: the outage did not happen"
-    assert skipped >= 1, "no duplicate delivery was skipped: the scenario did not happen"
     assert len(flows) == CHAINS + CHORDS, f"{len(flows)} workflow rows"
     unfinished = [
         (f.name, f.status, f.steps_done, f.steps_total)
@@ -252,6 +251,7 @@ def test_workflows_succeed_once_each_under_kills_and_a_broker_restart(
         if f.status != "succeeded" or f.steps_done != f.steps_total
     ]
     assert not unfinished, f"{len(unfinished)} workflows unfinished: {unfinished[:5]}\n{log}"
+    assert skipped >= 1, "no duplicate delivery was skipped: the scenario did not happen"
     totals = Counter(f.steps_total for f in flows)
     assert totals == {CHAIN_STEPS: CHAINS, HEADER + 1: CHORDS}, totals
     assert outbox == NONE_WRONG, outbox.summary()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -150,8 +151,9 @@ def run_to_the_end(
 ) -> Outcome:
     """Keep killing, republishing and sweeping until every outbox workflow succeeded and
     the plain variant went quiet (nothing queued or unacknowledged, no new run for
-    :data:`QUIET` s), or ``timeout``. An outbox that went quiet unfinished has lost a
-    message past the broker: its stalled rows are republished (and counted)."""
+    :data:`QUIET` s), or ``timeout``, or the outbox went quiet with a workflow failed.
+    An outbox that went quiet unfinished has lost a message past the broker: its
+    stalled rows are republished (and counted)."""
     deadline = time.monotonic() + timeout
     lost_past_broker, outbox_done_at = 0, 0.0
     last: dict[str, int] = {}
@@ -170,7 +172,10 @@ def run_to_the_end(
             if work[name]:
                 workers.check(name, runs)
         quiet = {name: now - since[name] >= QUIET for name in last}
-        finished = sum(flow.status == "succeeded" for flow in workflows(engine))
+        statuses = Counter(flow.status for flow in workflows(engine))
+        finished = statuses["succeeded"]
+        if quiet["outbox"] and statuses["failed"]:  # dead letters: nothing more will run
+            return Outcome(lost_past_broker, timed_out=False, outbox_done_at=0.0)
         if quiet["outbox"] and finished < workflows_total:
             lost_past_broker += republish_stalled(engine)
             since["outbox"] = now
