@@ -75,6 +75,7 @@ from tests.reliability.workflow_tally import (
     HEADER,
     STEPS,
     WorkflowTally,
+    bodies_lost_after_a_duplicate,
     canvases,
     expected,
     tally,
@@ -183,7 +184,8 @@ def test_workflows_succeed_once_each_under_kills_and_a_broker_restart(
 
     flows = workflows(engine)
     outbox = tally(expected("o-"), runs(engine, run_table))
-    plain = tally(expected("p-"), runs(engine, plain_run_table))
+    plain_runs = runs(engine, plain_run_table)
+    plain = tally(expected("p-"), plain_runs)
     started_runs = ledger.events(env.ledger_dir, ledger.STARTED)
     skipped = sum(ledger.events(env.ledger_dir, SKIPPED).values())
     common = {
@@ -236,6 +238,9 @@ def test_workflows_succeed_once_each_under_kills_and_a_broker_restart(
             "bodies_lost": plain.bodies_lost,
             "bodies_duplicated": plain.bodies_duplicated,
             "bodies_wrong": plain.bodies_wrong,
+            "bodies_lost_after_a_duplicated_header_step": bodies_lost_after_a_duplicate(
+                "p-", plain_runs
+            ),
             "body_runs": sum(n for key, n in started_runs.items() if key.startswith("p-")),
             "worker_restarts": workers.restarts("plain"),
         },
