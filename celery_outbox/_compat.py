@@ -32,7 +32,7 @@ of the relay's connections live in :mod:`celery_outbox.broker`.)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, cast
@@ -146,6 +146,9 @@ class CanvasHooks:
     joining: Callable[[], AbstractContextManager[None]]
     #: Whether a chord with this header (a list of signatures) is joined in the database.
     joined_header: Callable[[Celery, list[Any]], bool]
+    #: The context a canvas dispatched at the top (outside any task) is dispatched in:
+    #: ``(app, root_id, its signatures)``; it counts the whole canvas once, up front.
+    opening: Callable[[Celery, str, list[Any]], AbstractContextManager[None]]
 
 
 _ORIGINAL_CHORD_RUN = chord.run
@@ -161,7 +164,8 @@ def install_canvas_hooks(hooks: CanvasHooks) -> None:
     """Wrap Celery's ``chord.run`` and ``group.apply_async`` (once per process).
 
     - A group or chord dispatched outside any task gets its group id as ``root_id``
-      (Celery leaves each member its own root), so the whole canvas is one workflow.
+      (Celery leaves each member its own root), so the whole canvas is one workflow,
+      and is dispatched within ``hooks.opening``, which counts all of it at once.
     - A chord for which ``hooks.chord_join`` gives an opener runs Celery's own
       ``chord.run`` with the app's result backend replaced, for that call only, by one
       whose ``apply_chord`` opens the join in the database: no result backend needed.
@@ -219,12 +223,16 @@ def _at_top(app: Celery) -> bool:
 
 def _group_apply_async(self: group, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
     app = self.app
-    if not options.get("root_id") and not self.options.get("root_id") and _at_top(app):
-        group_id = self.options.get("task_id") or options.get("task_id") or uuid()
+    if _hooks is None or not _at_top(app):
+        return _ORIGINAL_GROUP_APPLY_ASYNC(self, args, kwargs, **options)
+    root_id = options.get("root_id") or self.options.get("root_id")
+    if not root_id:
+        root_id = self.options.get("task_id") or options.get("task_id") or uuid()
         if "task_id" not in self.options:
-            options["task_id"] = group_id
-        options["root_id"] = group_id
-    return _ORIGINAL_GROUP_APPLY_ASYNC(self, args, kwargs, **options)
+            options["task_id"] = root_id
+        options["root_id"] = root_id
+    with _hooks.opening(app, str(root_id), [self, *(options.get("chain") or ())]):
+        return _ORIGINAL_GROUP_APPLY_ASYNC(self, args, kwargs, **options)
 
 
 def _chord_run(
@@ -233,17 +241,24 @@ def _chord_run(
     app = app or self._get_app(body)  # type: ignore[attr-defined]
     if _hooks is None or not _hooks.serves(app):
         return _ORIGINAL_CHORD_RUN(self, header, body, partial_args, app=app, **kw)
-    if not body.options.get("root_id") and not kw.get("root_id") and _at_top(app):
-        group_id = header.options.get("task_id") or uuid()
-        header.options["task_id"] = group_id
-        body.options["root_id"] = group_id
+    top = _at_top(app)
+    root_id = kw.get("root_id") or body.options.get("root_id")
+    if not root_id and top:
+        root_id = header.options.get("task_id") or uuid()
+        header.options["task_id"] = root_id
+        body.options["root_id"] = root_id
+    opened: AbstractContextManager[None] = nullcontext()
+    if top and root_id:
+        whole = chord(header, body=body, app=app)
+        opened = _hooks.opening(app, str(root_id), [whole, *(kw.get("chain") or ())])
     open_join = _hooks.chord_join(app, header, body)
-    if open_join is None:
-        return _ORIGINAL_CHORD_RUN(self, header, body, partial_args, app=app, **kw)
-    with _hooks.joining():
-        return _ORIGINAL_CHORD_RUN(
-            self, header, body, partial_args, app=cast(Any, _JoinApp(app, open_join)), **kw
-        )
+    with opened:
+        if open_join is None:
+            return _ORIGINAL_CHORD_RUN(self, header, body, partial_args, app=app, **kw)
+        with _hooks.joining():
+            return _ORIGINAL_CHORD_RUN(
+                self, header, body, partial_args, app=cast(Any, _JoinApp(app, open_join)), **kw
+            )
 
 
 class _JoinBackend:

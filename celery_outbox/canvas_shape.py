@@ -10,7 +10,7 @@ task ids a running step will hand on (its successors, counted already).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 #: Whether a task name is a step that reports its completion (an ``OutboxTask``).
@@ -89,26 +89,28 @@ def dispatch_task_names(task_name: str, options: Mapping[str, Any]) -> list[str]
     goes on: itself, its chain, and its chord's body (every task of nested canvases)."""
     names = [task_name]
     for piece in (*reversed(list(options.get("chain") or ())), options.get("chord")):
-        names.extend(_task_names(piece))
+        names.extend(task_names(piece))
     return names
 
 
-def _task_names(sig: Any) -> Iterator[str]:
+def task_names(sig: Any) -> Iterator[str]:
+    """The name of every task a signature (or canvas) runs, in order, with the chain it
+    carries; ``link`` callbacks not included."""
     if not isinstance(sig, Mapping):
         return
     kind = sig.get("subtask_type")
     kwargs = sig.get("kwargs") or {}
     if kind in ("chain", "group"):
         for member in _members(kwargs.get("tasks")):
-            yield from _task_names(member)
+            yield from task_names(member)
     elif kind == "chord":
         for member in _members(kwargs.get("header")):
-            yield from _task_names(member)
-        yield from _task_names(kwargs.get("body"))
+            yield from task_names(member)
+        yield from task_names(kwargs.get("body"))
     else:
         yield str(sig.get("task") or "")
         for step in reversed(list((sig.get("options") or {}).get("chain") or ())):
-            yield from _task_names(step)
+            yield from task_names(step)
 
 
 def handed_on_ids(request_options: Mapping[str, Any]) -> set[str]:
@@ -128,6 +130,12 @@ def describe(task_name: str, options: Mapping[str, Any]) -> str:
     for step in reversed(list(options.get("chain") or ())):
         names.extend(_names(step))
     text = " → ".join(names)
+    return text if len(text) <= NAME_LIMIT else text[: NAME_LIMIT - 1] + "…"
+
+
+def describe_canvas(pieces: Sequence[Any]) -> str:
+    """A short name for a canvas made of ``pieces`` in order (signatures or their dicts)."""
+    text = " → ".join(name for piece in pieces for name in _names(piece))
     return text if len(text) <= NAME_LIMIT else text[: NAME_LIMIT - 1] + "…"
 
 

@@ -20,11 +20,14 @@ from celery import Celery, Signature, Task, group, signature
 
 from celery_outbox import _compat, canvas_warnings
 from celery_outbox.canvas_shape import (
+    count_steps,
     describe,
+    describe_canvas,
     dispatch_steps,
     dispatch_task_names,
     handed_on_ids,
     in_canvas,
+    task_names,
 )
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
@@ -53,6 +56,7 @@ def install(is_step_task: IsStepTask) -> None:
             chord_join=lambda app, header, body: chord_join(app, header, body, is_step_task),
             joining=_joining,
             joined_header=lambda app, members: joined_header(app, members, is_step_task),
+            opening=lambda app, root_id, pieces: opening(app, root_id, pieces, is_step_task),
         )
     )
 
@@ -134,6 +138,35 @@ def handing_on() -> Iterator[None]:
         yield
     finally:
         _handing_on.reset(token)
+
+
+@contextmanager
+def opening(
+    app: Celery, root_id: str, pieces: list[Any], is_step_task: IsStepTask
+) -> Iterator[None]:
+    """Dispatch a canvas made of ``pieces`` (a group or chord, and the chain it carries)
+    at the top: count all its steps in its workflow first, in the caller's transaction
+    (or committed at once outside one), so no member can finish the workflow before the
+    others are counted; the members' own dispatches (a chord's header group among them)
+    are then not counted again."""
+    if _serves(app) and not _handing_on.get():
+
+        def is_step(name: str) -> bool:
+            return is_step_task(app.tasks.get(name))
+
+        names = [name for piece in pieces for name in task_names(piece)]
+        canvas_warnings.warn_once(app, names, is_step_task)
+        steps = sum(count_steps(piece, is_step) for piece in pieces)
+        if steps:
+            store_for(app).add_workflow_steps(
+                root_id,
+                name=describe_canvas(pieces),
+                steps=steps,
+                now=utcnow(),
+                using=dispatch_alias(None),
+            )
+    with handing_on():
+        yield
 
 
 def mark_join(options: dict[str, Any]) -> None:

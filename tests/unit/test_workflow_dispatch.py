@@ -146,3 +146,21 @@ def test_dispatches_handed_on_by_a_running_step_are_not_counted_again(
         result = chain(sig(app, "a", 1), sig(app, "b"))()
         assert len(store.rows) == 1  # dispatched, only not counted
     assert store.get_workflow(result.parent.id) is None
+
+
+def test_a_group_at_the_top_is_counted_whole_before_its_first_member_is_written(
+    app: Celery, store: InMemoryOutboxStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Outside a transaction each member is published at once: were the members counted one
+    # by one, the first chain could finish the workflow before the second was counted.
+    totals: list[int] = []
+    add = store.add
+
+    def add_and_look(message: Any, **kwargs: Any) -> Any:
+        found = store.workflows.get(message.options["headers"]["root_id"])
+        totals.append(0 if found is None else found.steps_total)
+        return add(message, **kwargs)
+
+    monkeypatch.setattr(store, "add", add_and_look)
+    group(chain(sig(app, "a", 1), sig(app, "b")), chain(sig(app, "a", 2), sig(app, "b")))()
+    assert totals == [4, 4]
