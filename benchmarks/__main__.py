@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 #: Every benchmark, in the order they run.
-NAMES = ("enqueue", "sweep", "retry_memory", "no_blocking", "latency", "atomic", "peer")
+NAMES = (
+    "enqueue",
+    "sweep",
+    "retry_memory",
+    "no_blocking",
+    "latency",
+    "atomic",
+    "workflows",
+    "peer",
+)
 #: ``--quick`` retry memory: shorter settling, fewer RSS samples (its bytes mean nothing).
 QUICK_RETRY_MEMORY: dict[str, Any] = {"settle": 0.5, "samples": 2}
 
@@ -31,6 +40,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--healthy", type=int, default=1500, help="healthy tasks per case")
     parser.add_argument("--latency-tasks", type=int, default=1000)
     parser.add_argument("--atomic-tasks", type=int, default=2000, help="atomic: tasks per case")
+    parser.add_argument("--chains", type=int, default=200, help="workflows: chains per case")
     parser.add_argument("--warm-up", type=int, default=1000, help="retry memory warm-up tasks")
     parser.add_argument("--failing", type=int, default=20, help="no blocking: failing tasks")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
@@ -40,12 +50,22 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.rounds, args.enqueue_tasks, args.rows = 1, 100, 300
         args.retries, args.healthy, args.latency_tasks = 100, 100, 30
         args.warm_up, args.failing, args.atomic_tasks = 100, 2, 50
+        args.chains = 10
     return args
 
 
 def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run one benchmark; its result rows."""
-    from benchmarks import atomic, enqueue, latency, no_blocking, peer, retry_memory, sweep
+    from benchmarks import (
+        atomic,
+        enqueue,
+        latency,
+        no_blocking,
+        peer,
+        retry_memory,
+        sweep,
+        workflows,
+    )
 
     if name == "enqueue":
         return enqueue.run(tasks=args.enqueue_tasks, rounds=args.rounds)
@@ -60,6 +80,8 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         return latency.run(tasks=args.latency_tasks)
     if name == "atomic":
         return atomic.run(tasks=args.atomic_tasks, rounds=args.rounds, quick=args.quick)
+    if name == "workflows":
+        return workflows.run(chains=args.chains, rounds=args.rounds, quick=args.quick)
     return peer.run(rows=args.rows, rounds=max(1, min(args.rounds, 2)))
 
 

@@ -63,6 +63,13 @@ def _line(row: dict[str, Any]) -> tuple[str, ...]:
         )
     if name == "atomic":
         case = f"{case}; {_num(row['completed_bytes_per_row'])} B per CompletedTask row"
+    if name == "workflows":
+        case = (
+            f"{case}; end to end {_num(row['plain_seconds'], 1)}"
+            f" / {_num(row['ours_seconds'], 1)} s,"
+            f" chain p50 {_num(row['plain_p50_ms'])} / {_num(row['ours_p50_ms'])} ms,"
+            f" p95 {_num(row['plain_p95_ms'])} / {_num(row['ours_p95_ms'])} ms"
+        )
     theirs, target = row.get("plain", row.get("peer")), row.get("target")
     met = "" if target is None else ("yes" if row["ratio"] >= target else "NO")
     return (

@@ -29,6 +29,7 @@ FIELDS = {
     "no_blocking": ("baseline", "value", "ratio"),
     "latency": ("p50", "p99"),
     "atomic": ("plain", "ours", "ratio", "completed_bytes_per_row"),
+    "workflows": ("plain", "ours", "ratio", "plain_seconds", "ours_seconds", "ours_p95_ms"),
     "peer": ("peer", "ours", "ratio"),
 }
 
