@@ -83,6 +83,15 @@ def fenced(table: Table, ids: Sequence[int], leases: Iterable[datetime]) -> Colu
     return and_(c.id.in_(ids), c.locked_until.in_(list(leases)), c.status == PENDING)
 
 
+def committing_asynchronously(where: ColumnElement[bool]) -> ColumnElement[bool]:
+    """``where``, and (PostgreSQL) ``synchronous_commit`` off for this statement's own
+    transaction, evaluated once before any row is touched: deleting published rows need
+    not wait for the WAL flush (a delete lost in a database crash only publishes the
+    rows again)."""
+    setting = select(func.set_config("synchronous_commit", "off", True)).scalar_subquery()
+    return and_(where, setting.is_not(None))
+
+
 def still_leased(conn: Connection, table: Table, messages: Sequence[StoredMessage]) -> set[int]:
     """The ids of ``messages`` whose row is pending and holds the message's own lease."""
     c = table.c

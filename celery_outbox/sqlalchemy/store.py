@@ -102,6 +102,17 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions, SQLAlchemyDeadLetters, SQLAlc
         session = self.current_session()
         return session if session is not None and session.in_transaction() else None
 
+    @contextmanager
+    def _single_statement(self) -> Iterator[Connection]:
+        """A connection for one statement that is its own transaction: on PostgreSQL in
+        autocommit (no ``BEGIN`` and ``COMMIT`` round trips), elsewhere a short one."""
+        if self.engine.dialect.name == "postgresql":
+            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                yield conn
+            return
+        with self.engine.begin() as conn:
+            yield conn
+
     # -- dispatch -------------------------------------------------------------------
     def add(
         self,
@@ -135,7 +146,7 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions, SQLAlchemyDeadLetters, SQLAlc
     ) -> set[int]:
         if not messages:
             return set()
-        with store_errors("read outbox leases"), self.engine.connect() as conn:
+        with store_errors("read outbox leases"), self._single_statement() as conn:
             return sql.still_leased(conn, self.tables.outbox, messages)
 
     # -- publishing and sweeping ----------------------------------------------------
@@ -189,7 +200,9 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions, SQLAlchemyDeadLetters, SQLAlc
         if not ids:
             return 0
         where = sql.fenced(self.tables.outbox, ids, claim.leases)
-        with store_errors("mark outbox rows published"), self.engine.begin() as conn:
+        if not keep and self.engine.dialect.name == "postgresql":
+            where = sql.committing_asynchronously(where)
+        with store_errors("mark outbox rows published"), self._single_statement() as conn:
             return sql.mark_published(conn, self.tables.outbox, where, now=now, keep=keep)
 
     def record_failure(
