@@ -53,7 +53,7 @@ class Plan:
 FULL = Plan(
     orders=40,
     orders_per_second=20.0,
-    outages={"push": 6.0, "sms": 14.0},
+    outages={"push": 6.0, "sms": 14.0, "carrier": 8.0},
     retry_backoff=1.0,
     park_after=2.0,
     sweep_interval=1.0,
@@ -62,7 +62,7 @@ FULL = Plan(
 SHORT = Plan(
     orders=12,
     orders_per_second=30.0,
-    outages={"push": 3.0, "sms": 6.0},
+    outages={"push": 3.0, "sms": 6.0, "carrier": 4.0},
     retry_backoff=0.5,
     park_after=1.0,
     sweep_interval=0.5,
@@ -113,7 +113,7 @@ def environment(args: argparse.Namespace, plan: Plan, var_dir: Path) -> dict[str
         "SHOP_RETRY_BACKOFF": os.environ.get("SHOP_RETRY_BACKOFF", str(plan.retry_backoff)),
         "SHOP_MAX_RETRIES": os.environ.get("SHOP_MAX_RETRIES", "4"),
         "SHOP_FAILURE_RATES": os.environ.get(
-            "SHOP_FAILURE_RATES", "push=0.35,sms=0.3,messenger=0.2"
+            "SHOP_FAILURE_RATES", "push=0.35,sms=0.3,messenger=0.2,carrier=0.3"
         ),
         "SHOP_PROVIDER_SEED": os.environ.get("SHOP_PROVIDER_SEED", uuid.uuid4().hex[:8]),
     }
@@ -219,7 +219,12 @@ def place_orders(plan: Plan, batch: str) -> None:
     for index in range(plan.orders):
         who = customer(index)
         services.place_order(
-            customer=who.name, phone=who.phone, total=who.total, device=who.device, batch=batch
+            customer=who.name,
+            phone=who.phone,
+            total=who.total,
+            items=who.items,
+            device=who.device,
+            batch=batch,
         )
         time.sleep(1 / plan.orders_per_second)
 
