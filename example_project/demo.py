@@ -113,7 +113,7 @@ def environment(args: argparse.Namespace, plan: Plan, var_dir: Path) -> dict[str
         "SHOP_RETRY_BACKOFF": os.environ.get("SHOP_RETRY_BACKOFF", str(plan.retry_backoff)),
         "SHOP_MAX_RETRIES": os.environ.get("SHOP_MAX_RETRIES", "4"),
         "SHOP_FAILURE_RATES": os.environ.get(
-            "SHOP_FAILURE_RATES", "push=0.35,sms=0.3,messenger=0.2,carrier=0.3"
+            "SHOP_FAILURE_RATES", "push=0.35,sms=0.3,messenger=0.2,carrier=0.2"
         ),
         "SHOP_PROVIDER_SEED": os.environ.get("SHOP_PROVIDER_SEED", uuid.uuid4().hex[:8]),
     }

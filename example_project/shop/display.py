@@ -153,7 +153,11 @@ def print_fulfilment(done: Fulfilment) -> None:
         ("packed once", done.packed_once, f"of {done.items} items"),
         ("shipped once", done.shipped_once, "orders, items in the chord header's order"),
         ("duplicate effects", done.duplicates, ""),
-        ("parked step retries", done.parked_retries, "carrier outages (waits in the outbox)"),
+        (
+            "carrier retries",
+            done.ship_retries,
+            f"of the ship steps, {done.parked_retries} parked in the outbox table",
+        ),
     ]
     for label, value, note in rows:
         out(f"  {label:<24}{value:>6}   {note}\n".rstrip() + "\n")

@@ -57,6 +57,8 @@ def pack(order_id: int, item_id: int) -> int:
 def dispatch(packed: list[int], order_id: int, *, attempt: int) -> str:
     """Hand the packed order to the carrier and record the shipment; returns its tracking id.
 
+    ``attempt`` is the step's retry number (0 for its first run), kept on the shipment.
+
     Raises the provider's error when the carrier fails this attempt (the step retries;
     its transaction, and so the shipment row, rolls back).
     """
@@ -66,5 +68,5 @@ def dispatch(packed: list[int], order_id: int, *, attempt: int) -> str:
     tracking = f"TRK-{order_id:06d}"
     text = f"Pick up {len(packed)} parcel(s) for {order.customer}: {tracking}"
     provider().send(CARRIER, order.customer, text, key=f"ship:{order_id}:{attempt}")
-    Shipment.objects.create(order=order, packed_items=packed, tracking=tracking)
+    Shipment.objects.create(order=order, packed_items=packed, tracking=tracking, retries=attempt)
     return tracking

@@ -3,8 +3,9 @@
 ``Workflow`` rows (``django_outbox``) give each workflow's status; the shop's own rows give
 the proof that every step's effect happened exactly once: each order reserved once, each
 item packed once, one shipment per order, holding its items in the chord header's order.
-Retries parked in the outbox are the fulfilment steps' outbox rows with a retry number
->= 1 (the shorter waits ride on a broker ETA and leave no row).
+``ship``'s retries (carrier outages and failures) are kept on each shipment; the retries
+parked in the outbox are the fulfilment steps' outbox rows with a retry number >= 1 (the
+shorter waits ride on a broker ETA and leave no row).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class Fulfilment:
     shipped_once: int
     #: Effects recorded more than once (reservations, packings, shipments): 0.
     duplicates: int
+    #: Retries of the ``ship`` steps before the carrier took their order.
+    ship_retries: int
     #: Retries of fulfilment steps that waited in the outbox table.
     parked_retries: int
 
@@ -71,11 +74,7 @@ def fulfilment(batch: str) -> Fulfilment:
     orders = Order.objects.filter(batch=batch).annotate(shipped=Count("shipments"))
     items = OrderItem.objects.filter(order__batch=batch)
     in_order = _items_in_order(batch)
-    shipped_once = sum(
-        1
-        for order_id, packed in _shipments(batch).items()
-        if len(packed) == 1 and packed[0] == in_order.get(order_id)
-    )
+    shipments = _shipments(batch)
     roots = set(orders.values_list("fulfilment_id", flat=True))
     return Fulfilment(
         orders=orders.count(),
@@ -83,10 +82,15 @@ def fulfilment(batch: str) -> Fulfilment:
         items=items.count(),
         reserved_once=orders.filter(reservations=1).count(),
         packed_once=items.filter(packings=1).count(),
-        shipped_once=shipped_once,
+        shipped_once=sum(
+            1
+            for order_id, packed in shipments.items()
+            if [items for items, _ in packed] == [in_order.get(order_id)]
+        ),
         duplicates=_extra(orders.values_list("reservations", flat=True))
         + _extra(items.values_list("packings", flat=True))
         + _extra(orders.values_list("shipped", flat=True)),
+        ship_retries=sum(retries for packed in shipments.values() for _, retries in packed),
         parked_retries=_parked_retries(roots),
     )
 
@@ -101,13 +105,13 @@ def _items_in_order(batch: str) -> dict[int, list[int]]:
     return by_order
 
 
-def _shipments(batch: str) -> dict[int, list[list[int]]]:
-    """Each order's shipments, as the item ids each one recorded."""
-    by_order: dict[int, list[list[int]]] = {}
-    for order_id, packed in Shipment.objects.filter(order__batch=batch).values_list(
-        "order_id", "packed_items"
+def _shipments(batch: str) -> dict[int, list[tuple[list[int], int]]]:
+    """Each order's shipments: the item ids each one recorded, and its ``ship`` retries."""
+    by_order: dict[int, list[tuple[list[int], int]]] = {}
+    for order_id, packed, retries in Shipment.objects.filter(order__batch=batch).values_list(
+        "order_id", "packed_items", "retries"
     ):
-        by_order.setdefault(order_id, []).append(list(packed))
+        by_order.setdefault(order_id, []).append((list(packed), retries))
     return by_order
 
 

@@ -50,6 +50,8 @@ class Shipment(models.Model):
     #: The pack steps' results (item ids), in the chord header's order.
     packed_items = models.JSONField(default=list)
     tracking = models.CharField(max_length=64)
+    #: Retries the ``ship`` step needed before the carrier took the order.
+    retries = models.PositiveIntegerField(default=0)
     shipped_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
