@@ -120,6 +120,10 @@ def environment(args: argparse.Namespace, plan: Plan, var_dir: Path) -> dict[str
     if not args.use_env:
         env["DATABASE_URL"] = f"sqlite:///{var_dir / 'shop.sqlite3'}"
         env["CELERY_BROKER_URL"] = "filesystem://"
+        # Celery reads CELERY_RESULT_BACKEND from the environment itself; blank, it falls
+        # back to the settings (none). Celery's group results subscribe to a Redis backend
+        # as the fulfilment's chord is dispatched: one set here would need its server.
+        env["CELERY_RESULT_BACKEND"] = ""
     return env
 
 
