@@ -55,7 +55,7 @@ class Plan:
 FULL = Plan(
     orders=40,
     orders_per_second=20.0,
-    outages={"push": 6.0, "sms": 14.0, "carrier": 8.0},
+    outages={"push": 6.0, "sms": 14.0, "carrier": 6.0},
     retry_backoff=1.0,
     park_after=2.0,
     sweep_interval=1.0,
