@@ -48,11 +48,6 @@ class Fulfilment:
     parked_retries: int
 
     @property
-    def finished(self) -> bool:
-        """Every order has its workflow, and none is still running."""
-        return sum(self.workflows.values()) == self.orders and not self.workflows["running"]
-
-    @property
     def exactly_once(self) -> bool:
         """Every step of every order's fulfilment took effect exactly once."""
         return (
