@@ -333,6 +333,8 @@ def test_every_fulfilment_workflow_succeeded_each_step_once(
     )
     workflows = query(db, WORKFLOWS, batch)
     assert len(workflows) == 12
+    # The only workflows are the fulfilments: a fail-over's notification is none.
+    assert query(db, "SELECT count(*) FROM outbox_workflow") == [(12,)]
     for order, reservations, status, total, done, root in workflows:
         lines = items[order]
         assert 1 <= len(lines) <= 4, (order, lines)
