@@ -6,13 +6,15 @@
 It needs no server. It creates a fresh SQLite database and a broker made of files under
 ``example_project/var/`` (or ``--var-dir``), migrates, creates the admin user
 ``admin``/``admin``, starts a real Celery worker with an embedded beat
-(``celery -A shop_project worker -B``), takes the push provider down for a few seconds,
-places orders (each order and its push notification in one transaction), shows the
-notifications while retries back off, then prints a summary counted from the database.
-The worker is stopped on exit, also on Ctrl-C or on an error.
+(``celery -A shop_project worker -B``), takes the push, SMS and carrier providers down
+for a few seconds, places orders (each order, its push notification and its fulfilment
+workflow in one transaction), shows the notifications and workflows while retries back
+off, then prints a summary counted from the database. The worker is stopped on exit,
+also on Ctrl-C or on an error.
 
-``--use-env`` runs against ``DATABASE_URL`` and ``CELERY_BROKER_URL`` instead (PostgreSQL
-and Redis or RabbitMQ); otherwise those variables are ignored.
+``--use-env`` runs against ``DATABASE_URL``, ``CELERY_BROKER_URL`` (and
+``CELERY_RESULT_BACKEND`` if set) instead (PostgreSQL and Redis or RabbitMQ); otherwise
+those variables are ignored.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class Plan:
 FULL = Plan(
     orders=40,
     orders_per_second=20.0,
-    outages={"push": 6.0, "sms": 14.0},
+    outages={"push": 6.0, "sms": 14.0, "carrier": 6.0},
     retry_backoff=1.0,
     park_after=2.0,
     sweep_interval=1.0,
@@ -62,7 +64,7 @@ FULL = Plan(
 SHORT = Plan(
     orders=12,
     orders_per_second=30.0,
-    outages={"push": 3.0, "sms": 6.0},
+    outages={"push": 3.0, "sms": 6.0, "carrier": 4.0},
     retry_backoff=0.5,
     park_after=1.0,
     sweep_interval=0.5,
@@ -113,13 +115,17 @@ def environment(args: argparse.Namespace, plan: Plan, var_dir: Path) -> dict[str
         "SHOP_RETRY_BACKOFF": os.environ.get("SHOP_RETRY_BACKOFF", str(plan.retry_backoff)),
         "SHOP_MAX_RETRIES": os.environ.get("SHOP_MAX_RETRIES", "4"),
         "SHOP_FAILURE_RATES": os.environ.get(
-            "SHOP_FAILURE_RATES", "push=0.35,sms=0.3,messenger=0.2"
+            "SHOP_FAILURE_RATES", "push=0.35,sms=0.3,messenger=0.2,carrier=0.2"
         ),
         "SHOP_PROVIDER_SEED": os.environ.get("SHOP_PROVIDER_SEED", uuid.uuid4().hex[:8]),
     }
     if not args.use_env:
         env["DATABASE_URL"] = f"sqlite:///{var_dir / 'shop.sqlite3'}"
         env["CELERY_BROKER_URL"] = "filesystem://"
+        # Celery reads CELERY_RESULT_BACKEND from the environment itself; blank, it falls
+        # back to the settings (none). Celery's group results subscribe to a Redis backend
+        # as the fulfilment's chord is dispatched: one set here would need its server.
+        env["CELERY_RESULT_BACKEND"] = ""
     return env
 
 
@@ -219,7 +225,12 @@ def place_orders(plan: Plan, batch: str) -> None:
     for index in range(plan.orders):
         who = customer(index)
         services.place_order(
-            customer=who.name, phone=who.phone, total=who.total, device=who.device, batch=batch
+            customer=who.name,
+            phone=who.phone,
+            total=who.total,
+            items=who.items,
+            device=who.device,
+            batch=batch,
         )
         time.sleep(1 / plan.orders_per_second)
 
@@ -258,8 +269,9 @@ def watch(plan: Plan, batch: str, worker: Worker, outage_dir: Path, started: flo
 
 def report(
     args: argparse.Namespace, plan: Plan, batch: str, *, elapsed: float, settled: bool
-) -> None:
-    """Print the summary (and write it as JSON with ``--json``)."""
+) -> bool:
+    """Print the summary (and write it as JSON with ``--json``); ``True`` when every
+    fulfilment workflow succeeded."""
     from django.conf import settings
     from shop.display import print_summary
     from shop.report import summarise
@@ -288,6 +300,8 @@ def report(
     print(
         "  open http://127.0.0.1:8000/admin/django_outbox/deadletter/  (user admin, password admin)"
     )
+    print("  and the fulfilment workflows: http://127.0.0.1:8000/admin/django_outbox/workflow/")
+    return summary.fulfilment.workflows["succeeded"] == summary.orders
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -295,7 +309,7 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo; 0 when every order settled in time."""
+    """Run the demo; 0 when every order settled in time and its fulfilment succeeded."""
     args = parse_args(argv)
     plan = SHORT if args.short else FULL
     if args.orders is not None:
@@ -330,9 +344,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         worker.stop()
-    report(args, plan, batch, elapsed=elapsed, settled=settled)
+    fulfilled = report(args, plan, batch, elapsed=elapsed, settled=settled)
     print(f"\nDemo took {time.monotonic() - began:.1f} s.")
-    return 0 if settled else 1
+    return 0 if settled and fulfilled else 1
 
 
 if __name__ == "__main__":

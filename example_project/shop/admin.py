@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from shop.models import Notification, Order
+from shop.models import Notification, Order, OrderItem, Shipment
 
 
 class NotificationInline(admin.TabularInline):
@@ -25,13 +25,32 @@ class NotificationInline(admin.TabularInline):
     )
 
 
+class OrderItemInline(admin.TabularInline):
+    """An order's items, with what their ``pack_item`` step did (read-only)."""
+
+    model = OrderItem
+    extra = 0
+    can_delete = False
+    readonly_fields = ("sku", "packings", "packed_at")
+
+
+class ShipmentInline(admin.TabularInline):
+    """An order's shipment, written by its fulfilment's ``ship`` step (read-only)."""
+
+    model = Shipment
+    extra = 0
+    can_delete = False
+    readonly_fields = ("tracking", "packed_items", "retries", "shipped_at")
+
+
 @admin.register(Order)
 class OrderAdmin(admin.ModelAdmin):
-    """Orders with their notifications."""
+    """Orders with their items, shipment and notifications."""
 
-    list_display = ("id", "customer", "phone", "total", "batch", "created_at")
+    list_display = ("id", "customer", "phone", "total", "batch", "fulfilment_id", "created_at")
     list_filter = ("batch",)
-    inlines = [NotificationInline]
+    search_fields = ("fulfilment_id",)
+    inlines = [OrderItemInline, ShipmentInline, NotificationInline]
 
 
 @admin.register(Notification)

@@ -1,7 +1,8 @@
 """Made-up customers for ``place_orders`` and the demo.
 
 Every fourth customer has no push device (push fails for good: straight to SMS); every
-eighth of them also has a number no SMS or messenger can reach (undeliverable).
+eighth of them also has a number no SMS or messenger can reach (undeliverable). Orders
+hold one to four items.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ _NAMES = (
     "Radia",
     "Alan",
 )
+_PRODUCTS = ("mug", "t-shirt", "sticker", "notebook", "hoodie", "cap")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +35,8 @@ class Customer:
     phone: str
     device: str
     total: Decimal
+    #: What the customer orders: one to four SKUs.
+    items: tuple[str, ...]
 
 
 def customer(index: int) -> Customer:
@@ -44,4 +48,5 @@ def customer(index: int) -> Customer:
         phone=phone,
         device=device,
         total=Decimal(10 + (index * 7) % 90) + Decimal("0.99"),
+        items=tuple(_PRODUCTS[(index + n) % len(_PRODUCTS)] for n in range(1 + index % 4)),
     )

@@ -12,6 +12,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from shop.fulfilment import CARRIER
+from shop.fulfilment_report import Fulfilment
 from shop.models import CHANNELS
 from shop.report import Progress, Summary
 
@@ -64,7 +66,8 @@ class Display:
         )
         return (
             f"[{elapsed:5.1f} s] settled {state.settled}/{state.orders} | {channels} | "
-            f"dead letters {state.dead_letters}, parked now {state.parked_waiting}"
+            f"dead letters {state.dead_letters}, parked now {state.parked_waiting} | "
+            f"fulfilment (carrier {self._provider(CARRIER)}) {_workflows(state.workflows)}"
         )
 
     def _renderable(self, state: Progress, elapsed: float) -> Any:
@@ -89,8 +92,12 @@ class Display:
             f" (~{retries} retries)   retries parked in the outbox now "
             f"{state.parked_waiting}   dead letters {state.dead_letters}"
         )
+        workflows = (
+            f"fulfilment workflows (carrier {self._provider(CARRIER)}): "
+            f"{_workflows(state.workflows)}"
+        )
         bar = ProgressBar(total=max(self.total, 1), completed=state.settled, width=60)
-        return Group(bar, table, footer)
+        return Group(bar, table, footer, workflows)
 
 
 def print_summary(
@@ -133,6 +140,33 @@ def print_summary(
         f"  {'parked retry lag':<24}{_percentiles(summary.parked_lag_ms)}\n"
         f"  {'':<24}retry due -> published by the sweeper (beat every {sweep_interval:g} s)\n"
     )
+    print_fulfilment(summary.fulfilment)
+
+
+def print_fulfilment(done: Fulfilment) -> None:
+    """Print the fulfilment workflows and the check that each step took effect once."""
+    out = sys.stdout.write
+    out("\nFulfilment workflows (reserve_stock -> chord(pack_item per item) -> ship):\n")
+    rows = [(status, n, "") for status, n in done.workflows.items()]
+    rows += [
+        ("reserved once", done.reserved_once, f"of {done.orders} orders"),
+        ("packed once", done.packed_once, f"of {done.items} items"),
+        ("shipped once", done.shipped_once, "orders, items in the chord header's order"),
+        ("duplicate effects", done.duplicates, ""),
+        (
+            "carrier retries",
+            done.ship_retries,
+            f"of the ship steps, {done.parked_retries} parked in the outbox table",
+        ),
+    ]
+    for label, value, note in rows:
+        out(f"  {label:<24}{value:>6}   {note}\n".rstrip() + "\n")
+    verdict = "every step took effect exactly once" if done.exactly_once else "NOT exactly once"
+    out(f"  {'':<24}{verdict}\n")
+
+
+def _workflows(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {status}" for status, n in counts.items())
 
 
 def _percentiles(stats: dict[str, float | int]) -> str:

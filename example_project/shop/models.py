@@ -1,4 +1,4 @@
-"""Orders and the notifications sent about them, one row per order and channel."""
+"""Orders, their items and shipment, and the notifications sent about them."""
 
 from __future__ import annotations
 
@@ -17,9 +17,45 @@ class Order(models.Model):
     #: Orders placed together (one run of ``place_orders`` or of the demo).
     batch = models.CharField(max_length=32, blank=True, default="", db_index=True)
     created_at = models.DateTimeField(default=timezone.now)
+    #: The root id of the order's fulfilment workflow (``django_outbox``'s ``Workflow``).
+    fulfilment_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    #: Times the fulfilment's ``reserve_stock`` step committed (exactly once: 1).
+    reservations = models.PositiveIntegerField(default=0)
 
     def __str__(self) -> str:
         return f"Order #{self.pk} for {self.customer}"
+
+
+class OrderItem(models.Model):
+    """One line of an order, packed by its own step of the fulfilment chord."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="items")
+    sku = models.CharField(max_length=64)
+    #: Times the item's ``pack_item`` step committed (exactly once: 1).
+    packings = models.PositiveIntegerField(default=0)
+    packed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.sku} of order #{self.order_id}"
+
+
+class Shipment(models.Model):
+    """An order handed to the carrier: the fulfilment's last step (the chord's body).
+
+    No unique constraint on ``order`` on purpose: a second shipment would be a visible
+    duplicate (the demo counts them), not an error that hides it.
+    """
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="shipments")
+    #: The pack steps' results (item ids), in the chord header's order.
+    packed_items = models.JSONField(default=list)
+    tracking = models.CharField(max_length=64)
+    #: Retries the ``ship`` step needed before the carrier took the order.
+    retries = models.PositiveIntegerField(default=0)
+    shipped_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"Shipment {self.tracking} of order #{self.order_id}"
 
 
 class Channel(models.TextChoices):

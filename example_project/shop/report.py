@@ -20,6 +20,9 @@ publish latency
 parked lag
     For parked retries: from ``available_at`` (when the retry was due) to
     ``published_at`` (when the sweeper published it); bounded by the sweep interval.
+fulfilment
+    The orders' fulfilment workflows and their steps' effects
+    (:mod:`shop.fulfilment_report`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from django_outbox.models import DeadLetter, OutboxMessage
+from shop.fulfilment_report import Fulfilment, fulfilment, workflow_counts
 from shop.models import CHANNELS, Channel, Notification, Order
 
 
@@ -48,11 +52,19 @@ class Progress:
     attempts: int
     dead_letters: int
     parked_waiting: int
+    #: The fulfilment workflows by status (``succeeded``, ``running``, ``failed``).
+    workflows: dict[str, int]
 
     @property
     def done(self) -> bool:
-        """Every order settled: delivered on some channel, or dead on all of them."""
-        return self.orders > 0 and self.settled == self.orders
+        """Every order settled (delivered on some channel, or dead on all of them) and
+        its fulfilment workflow finished."""
+        return (
+            self.orders > 0
+            and self.settled == self.orders
+            and sum(self.workflows.values()) == self.orders
+            and not self.workflows["running"]
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,10 +83,13 @@ class Summary:
     dead_letters_by_exception: dict[str, int]
     publish_latency_ms: dict[str, float | int] = field(default_factory=dict)
     parked_lag_ms: dict[str, float | int] = field(default_factory=dict)
+    fulfilment: Fulfilment
 
     def as_dict(self) -> dict[str, Any]:
         """The summary as JSON-ready data (``demo.py --json``)."""
-        return asdict(self)
+        data = asdict(self)
+        data["fulfilment"]["exactly_once"] = self.fulfilment.exactly_once
+        return data
 
 
 def progress(batch: str) -> Progress:
@@ -95,6 +110,7 @@ def progress(batch: str) -> Progress:
         parked_waiting=OutboxMessage.objects.filter(
             task_id__in=task_ids, status="pending", available_at__gt=timezone.now()
         ).count(),
+        workflows=workflow_counts(batch),
     )
 
 
@@ -146,6 +162,7 @@ def summarise(batch: str) -> Summary:
         ),
         publish_latency_ms=percentiles([r[3] - r[1] for r in dispatched if r[3] is not None]),
         parked_lag_ms=percentiles([r[3] - r[2] for r in parked if r[3] is not None]),
+        fulfilment=fulfilment(batch),
     )
 
 

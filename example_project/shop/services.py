@@ -1,10 +1,12 @@
-"""What the shop does: place orders, deliver notifications, fail over to the next channel.
+"""What the shop does: place orders (and start their fulfilment), deliver notifications,
+fail over to the next channel.
 
 The view, the ``place_orders`` command and the demo all go through these functions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from functools import cache
 
@@ -15,7 +17,8 @@ from django.utils import timezone
 from kombu.utils.uuid import uuid
 
 from django_outbox.models import DeadLetter
-from shop.models import Channel, Notification, Order, next_channel
+from shop import fulfilment
+from shop.models import Channel, Notification, Order, OrderItem, next_channel
 from shop.provider import FakeProvider
 
 
@@ -26,18 +29,35 @@ def provider() -> FakeProvider:
 
 
 def place_order(
-    *, customer: str, phone: str, total: Decimal, device: str = "", batch: str = ""
+    *,
+    customer: str,
+    phone: str,
+    total: Decimal,
+    items: Sequence[str],
+    device: str = "",
+    batch: str = "",
 ) -> Order:
-    """Write the order and dispatch its push notification in one transaction.
+    """Write the order and its items, dispatch its push notification and start its
+    fulfilment workflow (:mod:`shop.fulfilment`), in one transaction.
 
-    The outbox row commits (or rolls back) with the order, and is published right after
-    COMMIT: no order without its notification, no notification about a rolled-back order.
+    The outbox rows commit (or roll back) with the order, and are published right after
+    COMMIT: no order without its notification and fulfilment, neither about a rolled-back
+    order.
+
+    Raises
+    ------
+    ValueError
+        When ``items`` is empty (there would be nothing to pack).
     """
+    if not items:
+        raise ValueError("An order needs at least one item.")
     with transaction.atomic():
         order = Order.objects.create(
             customer=customer, phone=phone, total=total, device=device, batch=batch
         )
+        OrderItem.objects.bulk_create(OrderItem(order=order, sku=sku) for sku in items)
         notify(order, Channel.PUSH)
+        fulfilment.start(order)
     return order
 
 
@@ -47,8 +67,10 @@ def notify(order: Order, channel: str) -> Notification:
 
     # The task id is ours to choose, so the notification row can name it up front.
     note = Notification.objects.create(order=order, channel=channel, task_id=uuid())
-    # An outbox row in the caller's transaction, published right after COMMIT.
-    CHANNEL_TASKS[channel].apply_async((note.pk,), task_id=note.task_id)
+    # An outbox row in the caller's transaction, published right after COMMIT. Each
+    # notification is its own root: a fail-over runs inside the failed channel's task, whose
+    # root Celery would hand down, making the next channel look like a workflow's step.
+    CHANNEL_TASKS[channel].apply_async((note.pk,), task_id=note.task_id, root_id=note.task_id)
     return note
 
 

@@ -9,14 +9,16 @@
   ``null``); default: the library's defaults, except ``CELERY_OUTBOX_KEEP_PUBLISHED``.
 - ``SHOP_VAR_DIR``: where the SQLite file and the broker folder live
   (default ``example_project/var``).
-- ``SHOP_FAILURE_RATES``: chance that one send fails, per channel
-  (default ``push=0.3,sms=0.2,messenger=0.1``).
+- ``SHOP_FAILURE_RATES``: chance that one send fails, per channel (and for the
+  fulfilment's carrier; default ``push=0.3,sms=0.2,messenger=0.1,carrier=0.2``).
 - ``SHOP_PROVIDER_LATENCY``: seconds one send takes (default ``0.02``).
 - ``SHOP_OUTAGE_DIR``: a channel is down while ``<dir>/<channel>.down`` exists
   (default ``SHOP_VAR_DIR/outages``).
 - ``SHOP_PROVIDER_SEED``: which attempts fail (same seed, same failures).
 - ``SHOP_RETRY_BACKOFF``, ``SHOP_MAX_RETRIES``: ``retry_backoff`` (default ``1.0``) and
   ``max_retries`` (default ``4``) of the notification tasks.
+- ``SHOP_FULFILMENT_MAX_RETRIES``: ``max_retries`` of the fulfilment steps (default ``20``:
+  enough to outlast a carrier outage of the demo; their waits are capped at 2 s).
 
 Nothing here needs a server: by default the shop runs on SQLite and a broker made of
 files. Point ``DATABASE_URL`` and ``CELERY_BROKER_URL`` at PostgreSQL and Redis or
@@ -114,13 +116,16 @@ for _name in DEFAULTS:
 
 # --- the fake notification provider ---------------------------------------------------------
 SHOP_PROVIDER = {
-    "failure_rates": os.environ.get("SHOP_FAILURE_RATES", "push=0.3,sms=0.2,messenger=0.1"),
+    "failure_rates": os.environ.get(
+        "SHOP_FAILURE_RATES", "push=0.3,sms=0.2,messenger=0.1,carrier=0.2"
+    ),
     "latency": float(os.environ.get("SHOP_PROVIDER_LATENCY", "0.02")),
     "outage_dir": os.environ.get("SHOP_OUTAGE_DIR") or str(VAR_DIR / "outages"),
     "seed": os.environ.get("SHOP_PROVIDER_SEED", "celery-outbox"),
 }
 SHOP_RETRY_BACKOFF = float(os.environ.get("SHOP_RETRY_BACKOFF", "1.0"))
 SHOP_MAX_RETRIES = int(os.environ.get("SHOP_MAX_RETRIES", "4"))
+SHOP_FULFILMENT_MAX_RETRIES = int(os.environ.get("SHOP_FULFILMENT_MAX_RETRIES", "20"))
 
 LOGGING = {
     "version": 1,

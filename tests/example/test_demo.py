@@ -300,6 +300,62 @@ def test_retries_and_parking_match(database: tuple[Path, dict[str, Any]]) -> Non
     assert summary["parked_lag_ms"]["count"] == len(parked)
 
 
+WORKFLOWS = (
+    "SELECT o.id, o.reservations, w.status, w.steps_total, w.steps_done, w.root_id "
+    "FROM shop_order o LEFT JOIN outbox_workflow w ON w.root_id = o.fulfilment_id "
+    "WHERE o.batch = ?"
+)
+
+
+def test_every_fulfilment_workflow_succeeded_each_step_once(
+    database: tuple[Path, dict[str, Any]],
+) -> None:
+    db, summary = database
+    batch = summary["batch"]
+    items: dict[int, list[tuple[int, int]]] = {}
+    for order, item, packings in query(
+        db,
+        "SELECT i.order_id, i.id, i.packings FROM shop_orderitem i "
+        "JOIN shop_order o ON o.id = i.order_id WHERE o.batch = ? ORDER BY i.id",
+        batch,
+    ):
+        items.setdefault(order, []).append((item, packings))
+    shipments: dict[int, list[tuple[list[int], int]]] = {}
+    for order, packed, retries in query(
+        db,
+        "SELECT s.order_id, s.packed_items, s.retries FROM shop_shipment s "
+        "JOIN shop_order o ON o.id = s.order_id WHERE o.batch = ?",
+        batch,
+    ):
+        shipments.setdefault(order, []).append((json.loads(packed), retries))
+    steps = dict(
+        query(db, "SELECT root_id, count(*) FROM celery_outbox_completedtask GROUP BY root_id")
+    )
+    workflows = query(db, WORKFLOWS, batch)
+    assert len(workflows) == 12
+    # The only workflows are the fulfilments: a fail-over's notification is none.
+    assert query(db, "SELECT count(*) FROM outbox_workflow") == [(12,)]
+    for order, reservations, status, total, done, root in workflows:
+        lines = items[order]
+        assert 1 <= len(lines) <= 4, (order, lines)
+        assert status == "succeeded", (order, status)
+        # reserve_stock, one pack_item per item, ship: each committed exactly once.
+        assert total == done == steps[root] == len(lines) + 2, (order, total, done, steps[root])
+        assert reservations == 1, order
+        assert all(packings == 1 for _, packings in lines), (order, lines)
+        # One shipment, holding the pack results in the chord header's order.
+        assert [packed for packed, _ in shipments[order]] == [[i for i, _ in lines]], order
+    fulfilment = summary["fulfilment"]
+    assert fulfilment["workflows"] == {"succeeded": 12, "running": 0, "failed": 0}
+    assert fulfilment["exactly_once"] is True
+    assert fulfilment["duplicates"] == 0
+    assert fulfilment["items"] == fulfilment["packed_once"] == sum(map(len, items.values()))
+    assert fulfilment["reserved_once"] == fulfilment["shipped_once"] == 12
+    # The carrier's outage made the ship steps retry, and the workflows outlasted it.
+    retries = sum(r for order_shipments in shipments.values() for _, r in order_shipments)
+    assert fulfilment["ship_retries"] == retries > 0
+
+
 def test_summary_printed_is_the_json(short_run: tuple[DemoRun, dict[str, Any]]) -> None:
     run, summary = short_run
     for label, value in (
@@ -310,3 +366,12 @@ def test_summary_printed_is_the_json(short_run: tuple[DemoRun, dict[str, Any]]) 
     ):
         assert re.search(rf"^  {re.escape(label)}\s+{value}\b", run.output, re.M), label
     assert f"p50 {summary['publish_latency_ms']['p50']} ms" in run.output
+    fulfilment = summary["fulfilment"]
+    for label, value in (
+        ("succeeded", fulfilment["workflows"]["succeeded"]),
+        ("failed", fulfilment["workflows"]["failed"]),
+        ("shipped once", fulfilment["shipped_once"]),
+        ("carrier retries", fulfilment["ship_retries"]),
+    ):
+        assert re.search(rf"^  {re.escape(label)}\s+{value}\b", run.output, re.M), label
+    assert "every step took effect exactly once" in run.output

@@ -51,48 +51,69 @@ def test_migrate_then_place_orders_without_a_worker(tmp_path: Path) -> None:
         done = manage(*args, var_dir=tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
     assert "Placed 3 order(s)." in done.stdout
-    # Published on commit to the file broker in var/: three task messages wait there.
-    assert len(list((tmp_path / "broker" / "queue").glob("*.msg"))) == 3
+    # Published on commit to the file broker in var/: each order's push and the first step
+    # of its fulfilment workflow wait there.
+    assert len(list((tmp_path / "broker" / "queue").glob("*.msg"))) == 6
 
 
 VIEW_SCRIPT = """
 from django.test import Client
-from django_outbox.models import OutboxMessage
+from django_outbox.models import OutboxMessage, Workflow
 from shop.models import Notification, Order
 response = Client().post("/", {"customer": "Ada", "phone": "+33612345678",
                                "device": "d-1", "total": "12.50"})
+order = Order.objects.get()
 note = Notification.objects.get()
-row = OutboxMessage.objects.get()
-print(response.status_code, Order.objects.count(), note.channel, row.task_name,
-      row.task_id == note.task_id, row.status)
+row = OutboxMessage.objects.get(task_name="shop.send_push")
+first = OutboxMessage.objects.get(task_name="shop.reserve_stock")
+flow = Workflow.objects.get()
+print(response.status_code, order.items.count(), note.channel, row.task_name,
+      row.task_id == note.task_id, row.status, first.status,
+      flow.root_id == first.task_id == order.fulfilment_id, flow.status, flow.steps_total)
 """
 
 ROLLBACK_SCRIPT = """
 from decimal import Decimal
 from django.db import transaction
-from django_outbox.models import OutboxMessage
+from django_outbox.models import OutboxMessage, Workflow
 from shop import services
 from shop.models import Order
 try:
     with transaction.atomic():
-        services.place_order(customer="Ada", phone="+33612345678", total=Decimal("1"))
+        services.place_order(
+            customer="Ada", phone="+33612345678", total=Decimal("1"), items=["mug"]
+        )
         raise RuntimeError("payment declined")
 except RuntimeError:
     pass
-print(Order.objects.count(), OutboxMessage.objects.count())
+print(Order.objects.count(), OutboxMessage.objects.count(), Workflow.objects.count())
 """
 
 
-def test_the_view_writes_the_order_and_its_notification_together(tmp_path: Path) -> None:
+def test_the_view_writes_the_order_its_notification_and_its_workflow_together(
+    tmp_path: Path,
+) -> None:
     assert manage("migrate", "--no-input", var_dir=tmp_path).returncode == 0
     done = manage("shell", "-c", VIEW_SCRIPT, var_dir=tmp_path)
-    expected = ["200", "1", "push", "shop.send_push", "True", "published"]
-    assert done.stdout.split()[-6:] == expected, done.stdout + done.stderr
-    assert len(list((tmp_path / "broker" / "queue").glob("*.msg"))) == 1
+    # Two items: reserve_stock, a chord of two pack_item steps and ship are four steps.
+    expected = [
+        "200",
+        "2",
+        "push",
+        "shop.send_push",
+        "True",
+        "published",
+        "published",
+        "True",
+        "running",
+        "4",
+    ]
+    assert done.stdout.split()[-10:] == expected, done.stdout + done.stderr
+    assert len(list((tmp_path / "broker" / "queue").glob("*.msg"))) == 2
 
 
 def test_a_rolled_back_order_leaves_neither_row_nor_message(tmp_path: Path) -> None:
     assert manage("migrate", "--no-input", var_dir=tmp_path).returncode == 0
     done = manage("shell", "-c", ROLLBACK_SCRIPT, var_dir=tmp_path)
-    assert done.stdout.split()[-2:] == ["0", "0"], done.stdout + done.stderr
+    assert done.stdout.split()[-3:] == ["0", "0", "0"], done.stdout + done.stderr
     assert list((tmp_path / "broker" / "queue").glob("*.msg")) == []

@@ -25,6 +25,11 @@ class Command(BaseCommand):
         for index in range(count):
             who = customer(index)
             services.place_order(
-                customer=who.name, phone=who.phone, total=who.total, device=who.device, batch=batch
+                customer=who.name,
+                phone=who.phone,
+                total=who.total,
+                items=who.items,
+                device=who.device,
+                batch=batch,
             )
         self.stdout.write(self.style.SUCCESS(f"Placed {count} order(s)."))
