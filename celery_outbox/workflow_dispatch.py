@@ -194,14 +194,23 @@ def count_dispatch(
     app = task.app
     running = app.current_worker_task
     root = options.get("root_id")
+    inherited = False
     if running is not None:
         request = running.request
         if task_id in handed_on_ids({"chain": request.chain, "chord": request.chord}):
             return
         if not root and in_canvas(request.id or "", _request_options(request)):
             root = request.root_id or request.id  # Celery gives the child this root
+            inherited = True
     effective = {**options, "root_id": root or task_id}
     if not in_canvas(task_id, effective):
+        return
+    started_by_a_task = inherited or (root and root != task_id)
+    if (  # a task started by a running task joins that task's workflow, if it has one
+        started_by_a_task
+        and not _carries_canvas(options)
+        and store.get_workflow(str(effective["root_id"]), using=using) is None
+    ):
         return
     canvas_warnings.warn_once(app, dispatch_task_names(task.name, options), is_step_task)
     steps = dispatch_steps(task.name, options, lambda name: is_step_task(app.tasks.get(name)))
@@ -213,6 +222,10 @@ def count_dispatch(
             now=utcnow(),
             using=using,
         )
+
+
+def _carries_canvas(options: Mapping[str, Any]) -> bool:
+    return bool(options.get("chain") or options.get("group_id") or options.get("chord"))
 
 
 def _request_options(request: Any) -> dict[str, Any]:

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from celery import Celery, chain, chord, group
+from celery._state import _task_stack
 
 from celery_outbox import OutboxTask
 from celery_outbox.exceptions import ChordTooLarge
@@ -16,6 +18,8 @@ from celery_outbox.state import reset
 from celery_outbox.testing import InMemoryOutboxStore
 from celery_outbox.worker.attempt import JOIN_HEADER
 from celery_outbox.workflow_dispatch import handing_on
+
+NOW = datetime(2026, 11, 27, tzinfo=UTC)
 
 
 def body(*args: Any) -> None:
@@ -164,3 +168,31 @@ def test_a_group_at_the_top_is_counted_whole_before_its_first_member_is_written(
     monkeypatch.setattr(store, "add", add_and_look)
     group(chain(sig(app, "a", 1), sig(app, "b")), chain(sig(app, "a", 2), sig(app, "b")))()
     assert totals == [4, 4]
+
+
+def test_tasks_started_by_tasks_outside_any_workflow_open_none(
+    app: Celery, store: InMemoryOutboxStore, queue_name: str
+) -> None:
+    # push -> (its dead letter's receiver) sms -> messenger: plain fail-over, no canvas
+    from tests.unit.worker.support import deliver
+
+    def start(child: str) -> Any:
+        def run(*args: Any) -> None:
+            app.tasks[child].delay(1)
+
+        return run
+
+    sms = app.task(base=OutboxTask, name="wf.sms", shared=False)(start("wf.loose"))
+    _task_stack.push(sms)  # as the worker's tracer does: it is the current worker task
+    try:
+        deliver(sms, 1, task_id="sms-1", queue=queue_name, root_id="push-1")
+        assert sum(store.count_workflows().values()) == 0
+
+        # a task started by a step of a real workflow joins it
+        store.add_workflow_steps("wf-1", name="chain", steps=2, now=NOW)
+        deliver(sms, 1, task_id="s-1", queue=queue_name, root_id="wf-1")
+    finally:
+        _task_stack.pop()
+    found = store.get_workflow("wf-1")
+    assert found is not None
+    assert (found.steps_total, found.steps_done) == (3, 1)
