@@ -67,10 +67,8 @@ def notify(order: Order, channel: str) -> Notification:
 
     # The task id is ours to choose, so the notification row can name it up front.
     note = Notification.objects.create(order=order, channel=channel, task_id=uuid())
-    # An outbox row in the caller's transaction, published right after COMMIT. Each
-    # notification is its own root: a fail-over runs inside the failed channel's task, whose
-    # root Celery would hand down, making the next channel look like a workflow's step.
-    CHANNEL_TASKS[channel].apply_async((note.pk,), task_id=note.task_id, root_id=note.task_id)
+    # An outbox row in the caller's transaction, published right after COMMIT.
+    CHANNEL_TASKS[channel].apply_async((note.pk,), task_id=note.task_id)
     return note
 
 
