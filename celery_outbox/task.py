@@ -97,8 +97,8 @@ class OutboxTask(_TaskBase):
             return value
         body = call
 
-        def committing(value: Any) -> None:  # the step's join, successors and count
-            step.committing(value, durable=_is_outbox_task)
+        def committing(value: Any, result: str | None) -> None:  # join, successors, count
+            step.committing(value, result, durable=_is_outbox_task)
 
         def atomic_call() -> Any:
             return atomic_runs.run_once(self, attempt, body, then=committing, root_id=step.root)

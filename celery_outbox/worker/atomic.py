@@ -52,12 +52,13 @@ def run_once(
     attempt: Attempt,
     call: Callable[[], Any],
     *,
-    then: Callable[[Any], object] | None = None,
+    then: Callable[[Any, str | None], object] | None = None,
     root_id: str | None = None,
 ) -> Any:
     """Run ``call`` (the body) in the task's ``CompletedTask`` transaction; return its value.
 
-    ``then(value)`` runs after the body, in the same transaction (the step's successors,
+    ``then(value, result)`` runs after the body (``result``: the value serialised, as
+    ``CompletedTask.result`` stores it), in the same transaction (the step's successors,
     its chord join and workflow count); ``root_id`` is the workflow the step belongs to.
 
     A task id that already completed is not run: the signal is sent and ``Ignore`` raised
@@ -75,11 +76,11 @@ def run_once(
             try:
                 with deferring_retries():
                     value = call()
+                completion.result = serialise_result(task, value)
                 if then is not None:
-                    then(value)
+                    then(value, completion.result)
             finally:
                 _running_alias.reset(token)
-            completion.result = serialise_result(task, value)
             return value
     task_duplicate_skipped.send(
         sender=task, task_id=attempt.task_id, completed_at=completion.previous.completed_at

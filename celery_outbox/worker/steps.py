@@ -61,11 +61,18 @@ class Step:
             index=int(options.get("group_index") or 0),
         )
 
-    def committing(self, value: Any, *, durable: Callable[[Task[Any, Any] | None], bool]) -> None:
-        """In the atomic step's transaction: count the chord join, dispatch the
-        successors (``durable``: which tasks are ``OutboxTask`` s), count the step."""
+    def committing(
+        self,
+        value: Any,
+        result: str | None,
+        *,
+        durable: Callable[[Task[Any, Any] | None], bool],
+    ) -> None:
+        """In the atomic step's transaction: count the chord join (``result``: ``value``
+        serialised once, as ``CompletedTask.result``), dispatch the successors
+        (``durable``: which tasks are ``OutboxTask`` s), count the step."""
         if self.join is not None:
-            self._join(value)
+            self._join(result)
         successors.dispatch_in_transaction(self.task, value, durable=durable)
         if self.root is not None:
             store_for(self.task.app).workflow_step_done(
@@ -89,11 +96,12 @@ class Step:
                 exc_info=True,
             )
 
-    def _join(self, value: Any) -> None:
+    def _join(self, result: str | None) -> None:
         task, join = self.task, str(self.join)
         store = store_for(task.app)
         using = atomic_alias(task, self.attempt)
-        progress = store.join_part(join, self.index, encode_part(task, value), using=using)
+        part = encode_part(task, None, text=result)
+        progress = store.join_part(join, self.index, part, using=using)
         if progress is None:
             raise JoinMissing(
                 f"Chord {join}: its join row is missing on database {using or 'default'!r} "
@@ -112,11 +120,11 @@ class Step:
             )
 
 
-def encode_part(task: Task[Any, Any], value: Any) -> str | None:
+def encode_part(task: Task[Any, Any], value: Any, *, text: str | None = None) -> str | None:
     """A header step's return value as its join stores it: the content type and encoding
     of its serializer, and the text :func:`~celery_outbox.worker.atomic.serialise_result`
-    gives."""
-    text = serialise_result(task, value)
+    gives (``text``: that text already made, ``value`` then unused)."""
+    text = text if text is not None else serialise_result(task, value)
     if text is None:
         return None
     content_type, encoding, _ = dumps(
