@@ -44,6 +44,16 @@ KNOWN: dict[str, str] = {
 }
 
 
-def reason_for(node_id: str) -> str | None:
-    """The known reason why ``node_id`` differs on the outbox, or ``None``."""
-    return next((why for pattern, why in KNOWN.items() if fnmatch(node_id, pattern)), None)
+def reason_for(node_id: str, *, autoretry: bool = True) -> str | None:
+    """The known reason why ``node_id`` differs on the outbox, or ``None``.
+
+    ``autoretry=False``: the outbox run had ``autoretry_for = ()``, so the retries are no reason.
+    """
+    return next(
+        (
+            why
+            for pattern, why in KNOWN.items()
+            if fnmatch(node_id, pattern) and (autoretry or why is not _RETRIES)
+        ),
+        None,
+    )

@@ -11,7 +11,9 @@ prints both counts and every test whose outcome differs, with the reason
 not on the outbox without a known reason.
 
 Options: ``-k EXPR`` selects tests as pytest does (``--fast``: the canvas and retry
-subset CI runs), ``--mode plain|outbox`` runs one side only, ``--timeout`` bounds each
+subset CI runs), ``--mode plain|outbox`` runs one side only, ``--no-autoretry`` gives
+the outbox run's tasks ``autoretry_for = ()`` (the documented option that switches off the
+intended difference: then no difference is explained by retries), ``--timeout`` bounds each
 test (seconds). Services come from ``OUTBOX_TEST_REDIS_URL`` / ``OUTBOX_TEST_POSTGRES_URL``
 (loopback defaults), as for the rest of the suite.
 """
@@ -54,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     site = install_extras(cache / f"site-{sys.version_info[0]}{sys.version_info[1]}")
     shutil.copyfile(Path(__file__).with_name("sdist_conftest.py"), sdist / "t" / "conftest.py")
     selection = args.k or (FAST if args.fast else None)
+    autoretry = not args.no_autoretry
     postgres = services.SERVICES["postgres"].url
     database = services.unique_name("outbox_compat_")
     services.create_postgres_database(postgres, database)
@@ -67,12 +70,20 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = {
             mode: outcomes_of(report_path(cache, mode, selection))
             if args.reuse_plain and mode == "plain"
-            else run_mode(mode, sdist, cache, env, selection=selection, timeout=args.timeout)
+            else run_mode(
+                mode,
+                sdist,
+                cache,
+                env,
+                selection=selection,
+                timeout=args.timeout,
+                autoretry=autoretry,
+            )
             for mode in (MODES if args.mode == "both" else (args.mode,))
         }
     finally:
         services.drop_postgres_database(postgres, database)
-    return report(version, outcomes)
+    return report(version, outcomes, autoretry=autoretry)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-k", help="pytest -k expression selecting Celery's tests")
     parser.add_argument("--fast", action="store_true", help="the canvas and retry subset")
     parser.add_argument("--mode", choices=("both", *MODES), default="both")
+    parser.add_argument(
+        "--no-autoretry", action="store_true", help="the outbox run with autoretry_for = ()"
+    )
     parser.add_argument("--timeout", type=int, default=120, help="seconds per test")
     parser.add_argument("--cache", default=str(ROOT / ".celery-compat"))
     parser.add_argument(
@@ -143,19 +157,23 @@ def run_mode(
     *,
     selection: str | None,
     timeout: int,
+    autoretry: bool = True,
 ) -> dict[str, str]:
     """Run the two files with ``mode``'s app; each test's outcome by node id."""
     settings = {"outbox_store": "tests.celery_compat.store:build"} if mode == "outbox" else {}
     (sdist / "integration-tests-config.json").write_text(json.dumps(settings))
-    junit = report_path(cache, mode, selection)
+    autoretry = autoretry or mode == "plain"
+    junit = report_path(cache, mode if autoretry else f"{mode}-no-autoretry", selection)
     command = [
         sys.executable, "-m", "pytest", *FILES, "-p", "no:cacheprovider", "-q",
         "-p", "celery.contrib.pytest", "-p", "no:django", f"--timeout={timeout}",
         f"--junitxml={junit}",
         *(["-k", selection] if selection else []),
     ]  # fmt: skip
-    print(f"\n=== {mode}: {' '.join(command[1:])}", flush=True)
-    subprocess.run(command, cwd=sdist, env={**env, "CELERY_COMPAT_MODE": mode}, check=False)
+    print(f"\n=== {mode}{'' if autoretry else ' (autoretry_for = ())'}: {' '.join(command[1:])}")
+    sys.stdout.flush()
+    mode_env = {"CELERY_COMPAT_MODE": mode, "CELERY_COMPAT_AUTORETRY": "on" if autoretry else "off"}
+    subprocess.run(command, cwd=sdist, env={**env, **mode_env}, check=False)
     return outcomes_of(junit)
 
 
@@ -178,9 +196,15 @@ def outcomes_of(junit: Path) -> dict[str, str]:
     return found
 
 
-def report(version: str, results: dict[str, dict[str, str]]) -> int:
-    """Print the counts and the differences; 1 when a difference has no known reason."""
+def report(version: str, results: dict[str, dict[str, str]], *, autoretry: bool = True) -> int:
+    """Print the counts and the differences; 1 when a difference has no known reason.
+
+    With ``autoretry`` off (the outbox run's tasks had ``autoretry_for = ()``) the retries
+    explain no difference.
+    """
     print(f"\n=== Celery {version}: t/integration/test_tasks.py + test_canvas.py")
+    if not autoretry:
+        print("(the outbox run's tasks with autoretry_for = ())")
     for mode, found in results.items():
         counts = Counter(found.values())
         print(f"{mode:>7}: " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts)))
@@ -192,7 +216,7 @@ def report(version: str, results: dict[str, dict[str, str]]) -> int:
         before, after = plain.get(name, "absent"), outbox.get(name, "absent")
         if before == after:
             continue
-        reason = reason_for(name)
+        reason = reason_for(name, autoretry=autoretry)
         if before == "passed" and reason is None:
             unexplained += 1
         print(f"  {name}: plain {before}, outbox {after} -- {reason or 'NO KNOWN REASON'}")
