@@ -10,12 +10,14 @@ in the same transaction.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy import (
     Connection,
     CursorResult,
+    Executable,
     Table,
     delete,
     insert,
@@ -37,40 +39,49 @@ def insert_pending(
     values: Mapping[str, Any],
     *,
     supersedes: Callable[[StoredMessage], bool] | None = None,
+    replaced: Callable[[], None] | None = None,
 ) -> int | None:
     """Insert a pending row unless one with its ``task_id`` exists that ``supersedes``
-    (when given) does not accept; its id, or ``None``."""
+    (when given) does not accept; its id, or ``None``. ``replaced`` is called when a
+    pending row was deleted to make room."""
     found = _insert_pending(conn, table, values)
     if found is None and supersedes is not None:
-        return _supersede_pending(conn, table, values, supersedes)
+        return _supersede_pending(conn, table, values, supersedes, replaced)
     return found
 
 
 def _insert_pending(conn: Connection, table: Table, values: Mapping[str, Any]) -> int | None:
-    # A literal, not a parameter: PostgreSQL infers the partial index from the
-    # predicate, which a prepared (generic) plan would not know.
-    pending = table.c.status == literal_column(f"'{PENDING}'")
     dialect = conn.dialect.name
     if dialect in ("postgresql", "sqlite"):
         # The partial unique index decides, atomically, without aborting the
         # caller's transaction on a duplicate.
-        # The index predicate is rendered inline: a bound parameter cannot be matched
-        # to the partial index once psycopg prepares the statement (5th execution).
-        inline = table.c.status == literal(PENDING, literal_execute=True)
-        make = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        stmt = (
-            make(table)
-            .values(values)
-            .on_conflict_do_nothing(index_elements=[table.c.task_id], index_where=inline)
-            .returning(table.c.id)
-        )
-        found: int | None = conn.execute(stmt).scalar_one_or_none()
+        found: int | None = conn.execute(
+            _insert_unless_pending(table, dialect), dict(values)
+        ).scalar_one_or_none()
         return found
     # MySQL/MariaDB have no partial index: a check in code (documented as racy).
+    # A literal, not a parameter: PostgreSQL infers the partial index from the
+    # predicate, which a prepared (generic) plan would not know.
+    pending = table.c.status == literal_column(f"'{PENDING}'")
     duplicate = select(table.c.id).where(table.c.task_id == values["task_id"], pending)
     if conn.execute(duplicate.limit(1)).first() is not None:
         return None
     return inserted_id(conn.execute(insert(table).values(values)))
+
+
+@functools.lru_cache(maxsize=32)
+def _insert_unless_pending(table: Table, dialect: str) -> Executable:
+    """``INSERT ... ON CONFLICT (task_id) WHERE status = 'pending' DO NOTHING RETURNING
+    id``, built once per table and dialect; the row's values are its parameters."""
+    # The index predicate is rendered inline: a bound parameter cannot be matched
+    # to the partial index once psycopg prepares the statement (5th execution).
+    inline = table.c.status == literal(PENDING, literal_execute=True)
+    make = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
+        make(table)
+        .on_conflict_do_nothing(index_elements=[table.c.task_id], index_where=inline)
+        .returning(table.c.id)
+    )
 
 
 def _supersede_pending(
@@ -78,6 +89,7 @@ def _supersede_pending(
     table: Table,
     values: Mapping[str, Any],
     supersedes: Callable[[StoredMessage], bool],
+    replaced: Callable[[], None] | None,
 ) -> int | None:
     """Replace the pending row of ``values``' task id when ``supersedes`` accepts it: the
     row is locked, deleted while still pending, and ``values`` inserted; the new id, or
@@ -96,6 +108,8 @@ def _supersede_pending(
         if not supersedes(stored_message(pending)):
             return None
         conn.execute(delete(table).where(c.id == pending["id"], c.status == PENDING))
+        if replaced is not None:
+            replaced()
     return _insert_pending(conn, table, values)
 
 

@@ -10,6 +10,7 @@ reading a column comes before that column's own assignment).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -17,9 +18,11 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Executable,
     Select,
     Table,
     and_,
+    bindparam,
     case,
     delete,
     func,
@@ -94,9 +97,7 @@ def committing_asynchronously(where: ColumnElement[bool]) -> ColumnElement[bool]
 
 def still_leased(conn: Connection, table: Table, messages: Sequence[StoredMessage]) -> set[int]:
     """The ids of ``messages`` whose row is pending and holds the message's own lease."""
-    c = table.c
-    ids = [m.id for m in messages]
-    rows = conn.execute(select(c.id, c.locked_until).where(c.id.in_(ids), c.status == PENDING))
+    rows = conn.execute(_leases_of(table), {"ids": [m.id for m in messages]})
     leases = {row_id: lease for row_id, lease in rows}
     return {
         m.id for m in messages if m.locked_until is not None and leases.get(m.id) == m.locked_until
@@ -104,15 +105,54 @@ def still_leased(conn: Connection, table: Table, messages: Sequence[StoredMessag
 
 
 def mark_published(
-    conn: Connection, table: Table, where: ColumnElement[bool], *, now: datetime, keep: bool
+    conn: Connection,
+    table: Table,
+    ids: Sequence[int],
+    leases: Iterable[datetime],
+    *,
+    now: datetime,
+    keep: bool,
 ) -> int:
-    """Delete the rows, or with ``keep`` mark them ``published``; how many changed."""
+    """Delete the rows of ``ids`` still holding one of ``leases`` (the fence), or with
+    ``keep`` mark them ``published``; how many changed. On PostgreSQL a delete does not
+    wait for the WAL flush (:func:`committing_asynchronously`)."""
+    params: dict[str, Any] = {"ids": list(ids), "leases": list(leases)}
     if keep:
-        stmt = (
-            update(table).where(where).values(status=PUBLISHED, published_at=now, locked_until=None)
-        )
-        return conn.execute(stmt).rowcount
-    return conn.execute(delete(table).where(where)).rowcount
+        return conn.execute(_mark_published(table), {**params, "now": now}).rowcount
+    asynchronous = conn.dialect.name == "postgresql"
+    return conn.execute(_delete_published(table, asynchronous), params).rowcount
+
+
+# The statements of the on-commit path, built once per table (a publish pays for
+# executing them, not for building them and their cache keys).
+@functools.lru_cache(maxsize=32)
+def _leases_of(table: Table) -> Executable:
+    c = table.c
+    return select(c.id, c.locked_until).where(
+        c.id.in_(bindparam("ids", expanding=True)), c.status == PENDING
+    )
+
+
+def _fenced_by_params(table: Table) -> ColumnElement[bool]:
+    c = table.c
+    return and_(
+        c.id.in_(bindparam("ids", expanding=True)),
+        c.locked_until.in_(bindparam("leases", expanding=True)),
+        c.status == PENDING,
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _delete_published(table: Table, asynchronous: bool) -> Executable:
+    where = _fenced_by_params(table)
+    return delete(table).where(committing_asynchronously(where) if asynchronous else where)
+
+
+@functools.lru_cache(maxsize=32)
+def _mark_published(table: Table) -> Executable:
+    now = bindparam("now", type_=table.c.published_at.type)
+    values = {"status": PUBLISHED, "published_at": now, "locked_until": None}
+    return update(table).where(_fenced_by_params(table)).values(values)
 
 
 def record_failure(

@@ -58,6 +58,7 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions, SQLAlchemyDeadLetters, SQLAlc
         clock: Clock = utcnow,
     ) -> None:
         self.engine = engine
+        transactions.watch_savepoints(engine)
         self.scoped_session = scoped_session
         self.tables = tables or default_tables
         self.clock = clock
@@ -123,7 +124,15 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions, SQLAlchemyDeadLetters, SQLAlc
     ) -> int | None:
         values = message_columns(message, created_at=self.clock())
         with store_errors("add an outbox row"), self._caller_transaction() as conn:
-            return inserts.insert_pending(conn, self.tables.outbox, values, supersedes=supersedes)
+            return inserts.insert_pending(
+                conn, self.tables.outbox, values, supersedes=supersedes, replaced=self._doubt_rows
+            )
+
+    def _doubt_rows(self) -> None:
+        # A pending row was deleted in the caller's transaction: it may be one of its own.
+        session = self._in_transaction()
+        if session is not None:
+            transactions.doubt_rows(session)
 
     def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
         session = self._in_transaction()
@@ -139,15 +148,23 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions, SQLAlchemyDeadLetters, SQLAlc
         if session is None:
             publish((message,))
         else:
-            transactions.defer_publish(session, message, publish)
+            connection = session.connection(bind_arguments={"clause": self.tables.outbox})
+            transactions.defer_publish(session, message, publish, connection=connection)
 
     def still_leased(
         self, messages: Sequence[StoredMessage], *, using: str | None = None
     ) -> set[int]:
-        if not messages:
-            return set()
+        """Also without a read: in the callbacks of the commit that wrote them, the rows
+        it is known to have committed (no savepoint rolled back since they were written;
+        see :mod:`~celery_outbox.sqlalchemy.transactions`), born leased, and leased to
+        no one else, since no one takes a row before its lease runs out."""
+        committed = transactions.committed_rows()
+        known = {m.id for m in messages if m.id in committed and m.locked_until is not None}
+        unknown = [m for m in messages if m.id not in known]
+        if not unknown:
+            return known
         with store_errors("read outbox leases"), self._single_statement() as conn:
-            return sql.still_leased(conn, self.tables.outbox, messages)
+            return known | sql.still_leased(conn, self.tables.outbox, unknown)
 
     # -- publishing and sweeping ----------------------------------------------------
     def claim(
@@ -199,11 +216,10 @@ class SQLAlchemyOutboxStore(SQLAlchemyCompletions, SQLAlchemyDeadLetters, SQLAlc
         require_aware(now=now)
         if not ids:
             return 0
-        where = sql.fenced(self.tables.outbox, ids, claim.leases)
-        if not keep and self.engine.dialect.name == "postgresql":
-            where = sql.committing_asynchronously(where)
         with store_errors("mark outbox rows published"), self._single_statement() as conn:
-            return sql.mark_published(conn, self.tables.outbox, where, now=now, keep=keep)
+            return sql.mark_published(
+                conn, self.tables.outbox, ids, claim.leases, now=now, keep=keep
+            )
 
     def record_failure(
         self,

@@ -9,20 +9,35 @@ the pool); on rollback they are dropped.
 
 The state lives in ``Session.info``, and the listeners are attached to each session
 once, so sessions from any ``sessionmaker`` (or none) work.
+
+The rows a root transaction deferred are known to exist once it commits, unless a
+savepoint was rolled back on its connection after the first of them was written (it may
+have taken some of them along): :func:`watch_savepoints` counts those rollbacks on an
+engine's connections, session and Core savepoints alike. While that commit's callbacks
+run, :func:`committed_rows` names the rows known that way, and the store skips reading
+them back (:meth:`~celery_outbox.sqlalchemy.SQLAlchemyOutboxStore.still_leased`). A
+savepoint rolled back with a hand-written ``ROLLBACK TO SAVEPOINT`` is not seen, as
+Django's ``on_commit`` does not see one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.orm import Session, SessionTransaction
 
 from celery_outbox.records import StoredMessage
 from celery_outbox.storage import PublishCallback, publisher_key
 
 _INFO_KEY = "celery_outbox.after_commit"
+#: ``Connection.info`` key: savepoints rolled back on that database connection so far.
+_ROLLBACKS_KEY = "celery_outbox.savepoint_rollbacks"
+#: The rows known committed while their transaction's callbacks run.
+_committed: ContextVar[frozenset[int]] = ContextVar("celery_outbox_committed", default=frozenset())
 
 Callback = Callable[[], None]
 
@@ -35,6 +50,36 @@ class _SessionCallbacks:
     ready: list[Callback] = field(default_factory=list)
     #: Rows deferred in the root transaction, one batch per publish callback.
     batches: dict[Hashable, list[StoredMessage]] = field(default_factory=dict)
+    #: The deferred rows' connection info, and its savepoint rollbacks when the first row
+    #: was deferred (``None``: not watched, so the rows are not known committed).
+    watch: tuple[dict[Any, Any], int] | None = None
+    #: Some deferred row may be gone at the commit (not watched, or deleted in it).
+    unsure: bool = False
+    #: The rows of the committed root transaction known to exist.
+    committed: frozenset[int] = frozenset()
+
+
+def watch_savepoints(engine: Engine) -> None:
+    """Count the savepoints rolled back on ``engine``'s connections (once per engine),
+    so that rows deferred on them can be known committed without reading them back."""
+    if not event.contains(engine, "rollback_savepoint", _count_rollback):
+        event.listen(engine, "rollback_savepoint", _count_rollback)
+
+
+def _count_rollback(conn: Connection, name: str, context: object) -> None:
+    conn.info[_ROLLBACKS_KEY] = conn.info.get(_ROLLBACKS_KEY, 0) + 1
+
+
+def committed_rows() -> frozenset[int]:
+    """While a root commit's callbacks run: the ids of the rows it deferred that are
+    known to exist (no savepoint rolled back since they were written); else empty."""
+    return _committed.get()
+
+
+def doubt_rows(session: Session) -> None:
+    """Some row deferred in ``session``'s transaction may be gone at its commit (the
+    store deleted a pending row in it): read them all back after the commit."""
+    _callbacks(session).unsure = True
 
 
 def on_commit(session: Session, callback: Callback, *, root: bool = False) -> None:
@@ -47,15 +92,18 @@ def on_commit(session: Session, callback: Callback, *, root: bool = False) -> No
     _callbacks(session).pending.setdefault(transaction, []).append(callback)
 
 
-def defer_publish(session: Session, message: StoredMessage, publish: PublishCallback) -> None:
-    """Add ``message`` to the batch ``publish`` receives after the root commit (one
-    batch per :func:`~celery_outbox.storage.publisher_key`).
+def defer_publish(
+    session: Session, message: StoredMessage, publish: PublishCallback, *, connection: Connection
+) -> None:
+    """Add ``message`` (written on ``connection``) to the batch ``publish`` receives after
+    the root commit (one batch per :func:`~celery_outbox.storage.publisher_key`).
 
     The first row of a batch registers one callback on the root transaction, so a
     rolled-back savepoint cannot drop the batch of its parent; rows written in such a
     savepoint stay listed, and the relay skips them (they do not exist).
     """
     state, key = _callbacks(session), publisher_key(publish)
+    _watch(state, connection)
     batch = state.batches.get(key)
     if batch is None:
         batch = state.batches[key] = []
@@ -66,6 +114,17 @@ def defer_publish(session: Session, message: StoredMessage, publish: PublishCall
 
         on_commit(session, run, root=True)
     batch.append(message)
+
+
+def _watch(state: _SessionCallbacks, connection: Connection) -> None:
+    info = connection.info
+    if state.watch is None and not state.unsure:
+        if event.contains(connection.engine, "rollback_savepoint", _count_rollback):
+            state.watch = (info, info.get(_ROLLBACKS_KEY, 0))
+        else:
+            state.unsure = True
+    elif state.watch is not None and state.watch[0] is not info:
+        state.unsure = True  # rows on two connections: not worth following
 
 
 def _innermost(session: Session) -> SessionTransaction:
@@ -106,6 +165,9 @@ def _after_commit(session: Session) -> None:
     if savepoint is None:
         root = session.get_transaction()
         state.ready.extend(state.pending.pop(root, []) if root is not None else [])
+        watch = state.watch
+        if watch is not None and not state.unsure and watch[0].get(_ROLLBACKS_KEY, 0) == watch[1]:
+            state.committed = frozenset(m.id for rows in state.batches.values() for m in rows)
         return
     callbacks = state.pending.pop(savepoint, [])
     parent = _boundary(savepoint.parent)
@@ -120,7 +182,13 @@ def _after_transaction_end(session: Session, transaction: SessionTransaction) ->
     if transaction.parent is not None:
         return
     ready, state.ready = state.ready, []
+    committed, state.committed = state.committed, frozenset()
     state.pending.clear()
     state.batches.clear()
-    for callback in ready:
-        callback()
+    state.watch, state.unsure = None, False
+    token = _committed.set(committed)
+    try:
+        for callback in ready:
+            callback()
+    finally:
+        _committed.reset(token)
