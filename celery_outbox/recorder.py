@@ -158,6 +158,7 @@ class OutboxRecorder:
             Naming the expected call and listing every dispatch of the test, with the
             reasons each dispatch of the same task did not match.
         """
+        __tracebackhide__ = True  # pytest shows the user's line, not this method's
         if count < 1:
             raise ValueError(f"count={count!r}: give 1 or more (or use assert_not_sent).")
         expected = _expectation(task, args, kwargs, using, options, rolled_back)
@@ -180,6 +181,7 @@ class OutboxRecorder:
 
         Dispatches a rollback dropped do not count: they never reach a worker.
         """
+        __tracebackhide__ = True
         dispatches = self.dispatches
         if task is None:
             kept = [d for d in dispatches if _kept(d)]
@@ -218,6 +220,7 @@ class OutboxRecorder:
             someone else, or written on a connection this test cannot see), when a
             publish fails, or when tasks keep dispatching for ``MAX_DRAIN_ROUNDS`` rounds.
         """
+        __tracebackhide__ = True
         drained: list[Dispatch] = []
         for _ in range(MAX_DRAIN_ROUNDS):
             due = [d for d in self.dispatches if _drainable(d)]
@@ -232,6 +235,7 @@ class OutboxRecorder:
         )
 
     def _drain_batch(self, batch: list[Dispatch], *, using: str | None, publish: bool) -> None:
+        __tracebackhide__ = True
         by_row = {d.row_id: d for d in batch}
         claim = claim_rows(self.app, [d.row_id for d in batch if d.row_id is not None], using=using)
         missing = [d for d in batch if d.row_id not in {m.id for m in claim.messages}]
