@@ -291,8 +291,8 @@ def _missing_message(missing: list[Dispatch]) -> str:
     return (
         f"drain() found no pending outbox row for {len(missing)} kept dispatch(es):\n  - {lines}\n"
         "Likely causes: a sweeper, relay or worker published or deleted the row during the "
-        "test; or the row was written on a connection this test cannot see (SQLAlchemy: "
-        "bind the store to the test's session with store.bind_session(session))."
+        "test; or the row is in a transaction the store's connection cannot see (the "
+        "SQLAlchemy store claims through its engine: commit the session before draining)."
     )
 
 

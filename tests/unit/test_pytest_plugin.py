@@ -94,7 +94,9 @@ def test_the_plugin_gives_users_the_outbox_fixture(
 def test_the_plugin_is_registered_as_a_pytest11_entry_point() -> None:
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     entry_points = project["project"]["entry-points"]["pytest11"]
-    assert entry_points == {"celery_outbox": "celery_outbox.pytest_plugin"}
+    # Named as the module, so `-p celery_outbox.pytest_plugin` or `pytest_plugins = [...]`
+    # with the package installed registers it once, not twice (pluggy refuses that).
+    assert entry_points == {"celery_outbox.pytest_plugin": "celery_outbox.pytest_plugin"}
 
 
 def test_the_plugin_defines_only_opt_in_fixtures() -> None:
