@@ -17,11 +17,13 @@ This module never imports Django or SQLAlchemy. See ``docs/pytest-plugin.md``.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from celery import Celery, current_app
 
-from celery_outbox.recorder import OutboxRecorder
+if TYPE_CHECKING:
+    from celery_outbox.recorder import OutboxRecorder
 
 __all__ = ["outbox", "outbox_celery_app"]
 
@@ -36,5 +38,8 @@ def outbox_celery_app() -> Celery:
 @pytest.fixture
 def outbox(outbox_celery_app: Celery) -> Iterator[OutboxRecorder]:
     """What this test dispatched through the outbox; assertions and ``drain()`` on it."""
+    # Imported here: loading the plugin (every pytest run, once installed) stays cheap.
+    from celery_outbox.recorder import OutboxRecorder
+
     with OutboxRecorder.recording(outbox_celery_app) as recorder:
         yield recorder

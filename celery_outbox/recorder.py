@@ -119,7 +119,9 @@ class OutboxRecorder:
         """The dispatches that match (all that will reach a worker when ``task`` is
         ``None``); ``None`` arguments match anything. See :meth:`assert_sent`."""
         if task is None:
-            return [d for d in self.dispatches if _kept(d) != rolled_back]
+            if rolled_back:
+                return [d for d in self.dispatches if d.state is DispatchState.ROLLED_BACK]
+            return [d for d in self.dispatches if _kept(d)]
         expected = _expectation(task, args, kwargs, using, options, rolled_back)
         return matching(expected, self.dispatches)
 

@@ -152,6 +152,8 @@ def test_rolled_back_dispatches_only_match_when_asked_for(
     with pytest.raises(AssertionError, match="rolled back: its transaction did not commit"):
         outbox.assert_sent(TASK)
     outbox.assert_sent(TASK, rolled_back=True)
+    assert outbox.sent(rolled_back=True) == outbox.dispatches
+    assert outbox.sent() == []
     outbox.assert_not_sent(TASK)
     outbox.assert_not_sent()
 
