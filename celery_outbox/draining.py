@@ -9,7 +9,7 @@ dropped do not exist, so only what the test's transactions kept is run or publis
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -18,6 +18,7 @@ from celery import Celery
 
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
+from celery_outbox.dispatches import Dispatch
 from celery_outbox.envelope import decode_body
 from celery_outbox.records import Claim, StoredMessage
 from celery_outbox.registry import relay_for, store_for
@@ -93,3 +94,20 @@ def run_claimed(app: Celery, claim: Claim, message: StoredMessage, *, using: str
 def publish_claimed(app: Celery, claim: Claim, *, using: str | None) -> PublishReport:
     """Publish the claimed rows to ``app``'s broker, as the sweeper would (validated)."""
     return relay_for(app).publish_claim(claim, using=using, validate=True)
+
+
+def missing_rows_message(missing: Sequence[Dispatch]) -> str:
+    """Why ``drain()`` failed: kept dispatches whose row is not in the outbox."""
+    lines = "\n  - ".join(d.describe() for d in missing)
+    return (
+        f"drain() found no pending outbox row for {len(missing)} kept dispatch(es):\n  - {lines}\n"
+        "Likely causes: a sweeper, relay or worker published or deleted the row during the "
+        "test; or the row is in a transaction the store's connection cannot see (the "
+        "SQLAlchemy store claims through its engine: commit the session before draining)."
+    )
+
+
+def publish_failed_message(failed: Mapping[int, str], by_row: Mapping[Any, Dispatch]) -> str:
+    """Why ``drain(publish=True)`` failed: each row's dispatch and publish error."""
+    lines = "\n  - ".join(f"{by_row[i].describe()}: {error}" for i, error in failed.items())
+    return f"drain(publish=True) could not publish {len(failed)} row(s) to the broker:\n  - {lines}"

@@ -23,7 +23,14 @@ from typing import Any
 from celery import Celery, Task
 
 from celery_outbox.dispatches import Dispatch, DispatchState, Drained
-from celery_outbox.draining import claim_rows, publish_claimed, publishing_held, run_claimed
+from celery_outbox.draining import (
+    claim_rows,
+    missing_rows_message,
+    publish_claimed,
+    publish_failed_message,
+    publishing_held,
+    run_claimed,
+)
 from celery_outbox.expectations import (
     ANY_ALIAS,
     Expectation,
@@ -242,11 +249,11 @@ class OutboxRecorder:
         claim = claim_rows(self.app, [d.row_id for d in batch if d.row_id is not None], using=using)
         missing = [d for d in batch if d.row_id not in {m.id for m in claim.messages}]
         if missing:
-            raise AssertionError(_missing_message(missing))
+            raise AssertionError(missing_rows_message(missing))
         if publish:
             report = publish_claimed(self.app, claim, using=using)
             if report.failed:
-                raise AssertionError(_publish_failed_message(report.failed, by_row))
+                raise AssertionError(publish_failed_message(report.failed, by_row))
             for dispatch in batch:
                 dispatch.drained = Drained.PUBLISHED
             return
@@ -286,18 +293,3 @@ def _by_alias(dispatches: list[Dispatch]) -> dict[str | None, list[Dispatch]]:
     for dispatch in dispatches:
         groups[dispatch.using].append(dispatch)
     return groups
-
-
-def _missing_message(missing: list[Dispatch]) -> str:
-    lines = "\n  - ".join(d.describe() for d in missing)
-    return (
-        f"drain() found no pending outbox row for {len(missing)} kept dispatch(es):\n  - {lines}\n"
-        "Likely causes: a sweeper, relay or worker published or deleted the row during the "
-        "test; or the row is in a transaction the store's connection cannot see (the "
-        "SQLAlchemy store claims through its engine: commit the session before draining)."
-    )
-
-
-def _publish_failed_message(failed: Mapping[int, str], by_row: Mapping[Any, Dispatch]) -> str:
-    lines = "\n  - ".join(f"{by_row[i].describe()}: {error}" for i, error in failed.items())
-    return f"drain(publish=True) could not publish {len(failed)} row(s) to the broker:\n  - {lines}"

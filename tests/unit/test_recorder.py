@@ -238,3 +238,19 @@ def test_drain_gives_up_on_tasks_that_keep_dispatching(
 
     with pytest.raises(AssertionError, match=r"stopped after 2 rounds.*Last round: "):
         outbox.drain()
+
+
+def test_drain_publish_fails_naming_the_rows_the_broker_did_not_get(
+    app: Celery, store: InMemoryOutboxStore, outbox: OutboxRecorder, queue_name: str
+) -> None:
+    app.tasks[FAIL].delay()
+    del app.tasks[FAIL]  # as in a worker that never imported the task's module
+
+    with pytest.raises(AssertionError) as failure:
+        outbox.drain(publish=True)
+    assert str(failure.value).startswith(
+        "drain(publish=True) could not publish 1 row(s) to the broker:\n"
+        f"  - {FAIL}()  [committed, using=None, task_id="
+    )
+    assert FAIL in str(failure.value).split("]: ", 1)[1]  # the sweeper's reason names it
+    assert queued(queue_name) == []
