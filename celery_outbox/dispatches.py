@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery import Celery
+
 from celery_outbox.records import NewMessage
 
 #: Longest rendering of one argument in a description (longer ones are cut with "...").
@@ -66,6 +68,8 @@ class Dispatch:
     drained: Drained | None = None
     #: Whether its on-commit callback still waits in an open transaction.
     awaiting: Callable[[], bool] = field(default=lambda: False, repr=False)
+    #: The Celery app of the task (its store holds the row).
+    app: Celery | None = field(default=None, repr=False)
 
     @property
     def state(self) -> DispatchState:

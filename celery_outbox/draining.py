@@ -79,8 +79,7 @@ def run_claimed(app: Celery, claim: Claim, message: StoredMessage, *, using: str
     if task is None:
         raise LookupError(
             f"drain() cannot run {message.task_name!r} (task id {message.task_id}): app "
-            f"{app.main!r} has no task of that name. Import the module that defines it, "
-            "or point the outbox_celery_app fixture at the app that registers it."
+            f"{app.main!r} has no task of that name. Import the module that defines it."
         )
     store = store_for(app)
     keep = OutboxConfig.from_celery(app).keep_published > timedelta(0)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from celery import Celery, Task
@@ -52,26 +52,37 @@ _LIVE = (DispatchState.COMMITTED, DispatchState.AWAITING_COMMIT)
 class OutboxRecorder:
     """The dispatches made through the outbox while recording, and helpers on them.
 
-    Build it with :meth:`recording`. ``app`` is the Celery app whose store the rows are
-    written to and whose tasks :meth:`drain` runs.
+    Build it with :meth:`recording`. ``app`` is the Celery app whose publishing is held
+    from the start; another app's publishing is held from its first dispatch on, and
+    :meth:`drain` runs each task with its own app's store and registry.
     """
 
     def __init__(self, app: Celery) -> None:
         self.app = app
         self._dispatches: list[Dispatch] = []
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._held: set[int] = set()
+        self._holds = ExitStack()
 
     @classmethod
     @contextmanager
     def recording(cls, app: Celery) -> Iterator[OutboxRecorder]:
         """Record dispatches and hold ``app``'s on-commit publishing within the block."""
         recorder = cls(app)
-        task_dispatched.connect(recorder._record, weak=False)
-        try:
-            with publishing_held(app):
+        with recorder._holds:
+            recorder._hold(app)
+            task_dispatched.connect(recorder._record, weak=False)
+            try:
                 yield recorder
-        finally:
-            task_dispatched.disconnect(recorder._record)
+            finally:
+                task_dispatched.disconnect(recorder._record)
+
+    def _hold(self, app: Celery) -> None:
+        # Called before the dispatch defers its publish: even the first row stays held.
+        with self._lock:
+            if id(app) not in self._held:
+                self._holds.enter_context(publishing_held(app))
+                self._held.add(id(app))
 
     def _record(
         self,
@@ -95,7 +106,9 @@ class OutboxRecorder:
             using=using,
             row_id=row_id,
             message=message,
+            app=sender.app,
         )
+        self._hold(sender.app)
         store = store_for(sender.app)
 
         def committed() -> None:
@@ -235,31 +248,13 @@ class OutboxRecorder:
             due = [d for d in self.dispatches if _drainable(d)]
             if not due:
                 return drained
-            for using, batch in _by_alias(due).items():
-                self._drain_batch(batch, using=using, publish=publish)
+            for (app, using), batch in _by_store(due, default=self.app).items():
+                _drain_batch(app, batch, using=using, publish=publish)
             drained += due
         raise AssertionError(
             f"drain() stopped after {MAX_DRAIN_ROUNDS} rounds: the tasks it ran kept "
             f"dispatching tasks. Last round: {', '.join(d.call() for d in due[:5])}"
         )
-
-    def _drain_batch(self, batch: list[Dispatch], *, using: str | None, publish: bool) -> None:
-        __tracebackhide__ = True
-        by_row = {d.row_id: d for d in batch}
-        claim = claim_rows(self.app, [d.row_id for d in batch if d.row_id is not None], using=using)
-        missing = [d for d in batch if d.row_id not in {m.id for m in claim.messages}]
-        if missing:
-            raise AssertionError(missing_rows_message(missing))
-        if publish:
-            report = publish_claimed(self.app, claim, using=using)
-            if report.failed:
-                raise AssertionError(publish_failed_message(report.failed, by_row))
-            for dispatch in batch:
-                dispatch.drained = Drained.PUBLISHED
-            return
-        for message in claim.messages:
-            by_row[message.id].drained = Drained.RAN
-            run_claimed(self.app, claim, message, using=using)
 
 
 def _expectation(
@@ -288,8 +283,29 @@ def _drainable(dispatch: Dispatch) -> bool:
     return dispatch.row_id is not None and dispatch.drained is None and _kept(dispatch)
 
 
-def _by_alias(dispatches: list[Dispatch]) -> dict[str | None, list[Dispatch]]:
-    groups: dict[str | None, list[Dispatch]] = defaultdict(list)
+def _by_store(
+    dispatches: list[Dispatch], *, default: Celery
+) -> dict[tuple[Celery, str | None], list[Dispatch]]:
+    groups: dict[tuple[Celery, str | None], list[Dispatch]] = defaultdict(list)
     for dispatch in dispatches:
-        groups[dispatch.using].append(dispatch)
+        groups[(dispatch.app or default, dispatch.using)].append(dispatch)
     return groups
+
+
+def _drain_batch(app: Celery, batch: list[Dispatch], *, using: str | None, publish: bool) -> None:
+    __tracebackhide__ = True
+    by_row = {d.row_id: d for d in batch}
+    claim = claim_rows(app, [d.row_id for d in batch if d.row_id is not None], using=using)
+    missing = [d for d in batch if d.row_id not in {m.id for m in claim.messages}]
+    if missing:
+        raise AssertionError(missing_rows_message(missing))
+    if publish:
+        report = publish_claimed(app, claim, using=using)
+        if report.failed:
+            raise AssertionError(publish_failed_message(report.failed, by_row))
+        for dispatch in batch:
+            dispatch.drained = Drained.PUBLISHED
+        return
+    for message in claim.messages:
+        by_row[message.id].drained = Drained.RAN
+        run_claimed(app, claim, message, using=using)

@@ -16,8 +16,10 @@ from celery import Celery
 from celery_outbox import OutboxTask, recorder
 from celery_outbox.dispatches import DispatchState, Drained
 from celery_outbox.recorder import OutboxRecorder
+from celery_outbox.registry import install_store
+from celery_outbox.state import reset
 from celery_outbox.testing import InMemoryOutboxStore
-from tests.unit.test_task import TASK, app, queued, ran, store
+from tests.unit.test_task import TASK, add, app, queued, ran, store
 
 __all__ = ["app", "store"]  # the fixtures of tests/unit/test_task.py
 
@@ -254,3 +256,23 @@ def test_drain_publish_fails_naming_the_rows_the_broker_did_not_get(
     )
     assert FAIL in str(failure.value).split("]: ", 1)[1]  # the sweeper's reason names it
     assert queued(queue_name) == []
+
+
+def test_another_apps_dispatch_is_held_from_its_first_row_and_drained_with_its_app(
+    outbox: OutboxRecorder, queue_name: str
+) -> None:
+    other = Celery("recorder-other", broker="memory://", set_as_current=False)
+    other.conf.task_default_queue = queue_name
+    other_store = InMemoryOutboxStore()
+    install_store(other, other_store)
+    other.task(base=OutboxTask, name="unit.recorder.other", shared=False)(add)
+    try:
+        other.tasks["unit.recorder.other"].delay(4)
+        assert (queued(queue_name), len(other_store.rows)) == ([], 1)
+
+        outbox.drain()
+
+        assert (ran, other_store.rows) == ([(4, 0)], {})
+    finally:
+        reset(other)
+        other.close()
