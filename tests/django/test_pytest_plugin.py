@@ -13,7 +13,6 @@ import pytest
 from celery import Celery
 from django.contrib.auth.models import User
 from django.db import transaction
-from kombu import Connection
 
 from celery_outbox import OutboxTask
 from celery_outbox.dispatches import DispatchState
@@ -21,7 +20,7 @@ from celery_outbox.pytest_plugin import outbox
 from celery_outbox.recorder import OutboxRecorder
 from celery_outbox.state import reset
 from django_outbox.models import OutboxMessage
-from tests.brokers import celery_queue
+from tests.brokers import take_task_ids
 from tests.django.helpers import rolled_back
 
 __all__ = ["outbox"]  # the plugin's fixture, as a user gets it
@@ -143,18 +142,8 @@ def test_drain_publish_sends_the_kept_rows_to_a_real_broker(
             with rolled_back():
                 app.tasks[WELCOME].delay(3)
             recording.drain(publish=True)
-        assert received(broker_url, queue_name) == [first.id, second.id]
+        assert take_task_ids(broker_url, queue_name) == [first.id, second.id]
         assert pending_task_ids() == []
     finally:
         reset(app)
         app.close()
-
-
-def received(broker_url: str, queue: str) -> list[str]:
-    """The task ids waiting in ``queue`` (consumed)."""
-    with Connection(broker_url) as conn:
-        bound = celery_queue(queue)(conn.default_channel)
-        ids = []
-        while (message := bound.get(no_ack=True)) is not None:
-            ids.append(message.headers["id"])
-        return ids

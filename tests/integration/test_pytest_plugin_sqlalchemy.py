@@ -19,7 +19,7 @@ from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
 from celery_outbox.sqlalchemy import metadata as outbox_metadata
 from celery_outbox.sqlalchemy.tables import default_tables
 from celery_outbox.state import reset
-from tests.django.test_pytest_plugin import received
+from tests.brokers import take_task_ids
 
 __all__ = ["outbox"]  # the plugin's fixture, as a user gets it
 
@@ -115,7 +115,7 @@ def test_drain_publish_sends_the_committed_rows_to_a_real_broker(
                 sent = app.tasks[GREET].delay("eve")
                 session.commit()
             recording.drain(publish=True)
-        assert received(broker_url, queue_name) == [sent.id]
+        assert take_task_ids(broker_url, queue_name) == [sent.id]
         assert (outbox_rows(engine), greeted) == (0, [])
     finally:
         reset(app)
