@@ -92,6 +92,12 @@ def on_commit(session: Session, callback: Callback, *, root: bool = False) -> No
     _callbacks(session).pending.setdefault(transaction, []).append(callback)
 
 
+def awaits(session: Session, callback: Callback) -> bool:
+    """Whether ``callback`` waits for a commit of ``session``'s open transaction."""
+    state: _SessionCallbacks | None = session.info.get(_INFO_KEY)
+    return state is not None and any(callback in cbs for cbs in state.pending.values())
+
+
 def defer_publish(
     session: Session, message: StoredMessage, publish: PublishCallback, *, connection: Connection
 ) -> None:
