@@ -1,0 +1,81 @@
+"""System checks of an ``OutboxBackend`` (Django runs them through ``backend.check()``).
+
+==========================  ==============================================================
+id                          problem
+==========================  ==============================================================
+``django_outbox.E101``      no Celery app found (``OPTIONS["CELERY_APP"]`` does not import,
+                            or the project never created one)
+``django_outbox.E102``      a queue of ``QUEUES`` is not routed: Celery does not create
+                            missing queues and ``task_queues`` does not declare it
+``django_outbox.W101``      ``get_result`` is unavailable (no result backend, or
+                            ``result_extended`` off, or results ignored)
+==========================  ==============================================================
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.core.checks import CheckMessage, Error, Warning
+from django.tasks import DEFAULT_TASK_QUEUE_NAME
+
+from celery_outbox.exceptions import OutboxConfigError
+
+if TYPE_CHECKING:
+    from django_outbox.tasks.backend import OutboxBackend
+
+
+def check_backend(backend: OutboxBackend) -> list[CheckMessage]:
+    """Every problem of ``backend``'s configuration."""
+    try:
+        app = backend.celery_app
+    except OutboxConfigError as exc:
+        hint = "Set TASKS[...]['OPTIONS']['CELERY_APP'] to the dotted path of your Celery app."
+        return [Error(f"Task backend {backend.alias!r}: {exc}", hint=hint, id="django_outbox.E101")]
+    problems: list[CheckMessage] = [
+        Error(
+            f"Task backend {backend.alias!r}: queue {queue!r} of QUEUES is not routed: "
+            "task_create_missing_queues is off and task_queues does not declare it.",
+            hint="Declare it in task_queues (CELERY_TASK_QUEUES) or remove it from QUEUES.",
+            id="django_outbox.E102",
+        )
+        for queue in sorted(unrouted_queues(backend, app))
+    ]
+    reason = results_unreadable(backend)
+    if reason is not None:
+        problems.append(
+            Warning(
+                f"Task backend {backend.alias!r} cannot read results ({reason}): "
+                "get_result() raises NotImplementedError.",
+                hint="Configure a Celery result backend with result_extended = True.",
+                id="django_outbox.W101",
+            )
+        )
+    return problems
+
+
+def unrouted_queues(backend: OutboxBackend, app: Any) -> set[str]:
+    """The queues of ``QUEUES`` Celery would refuse to publish to."""
+    if app.conf.task_create_missing_queues:
+        return set()
+    named = set(backend.queues) - {DEFAULT_TASK_QUEUE_NAME}  # "default": Celery's routing
+    return named - set(app.amqp.queues)
+
+
+def results_unreadable(backend: OutboxBackend) -> str | None:
+    """Why ``backend`` cannot read results, or ``None`` when it can.
+
+    The result backend must record the task's name and arguments (``result_extended``):
+    without them a result cannot be told to be a Django task's.
+    """
+    try:
+        conf = backend.celery_app.conf
+    except OutboxConfigError as exc:
+        return str(exc)
+    if not conf.result_backend:
+        return "the Celery app has no result_backend"
+    if not conf.result_extended:
+        return "result_extended is off (CELERY_RESULT_EXTENDED = True)"
+    if conf.task_ignore_result:
+        return "task_ignore_result is on"
+    return None

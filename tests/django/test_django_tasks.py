@@ -1,0 +1,192 @@
+"""The ``django.tasks`` backend without a worker: validation, capabilities, what ``enqueue``
+writes, the priority mapping, the signal at enqueue, and the system checks.
+
+The intent of Django's own backend tests (``tests/tasks/test_immediate_backend.py`` and
+``test_tasks.py``) where it applies: invalid tasks are refused at definition and at
+enqueue, capability flags match what the backend does, ``task_enqueued`` is sent with the
+backend class as sender.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from types import ModuleType
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+
+pytest.importorskip("django.tasks")  # Django >= 6.0
+
+from django.db import transaction  # noqa: E402
+from django.tasks import TaskResultStatus, default_task_backend, task_backends  # noqa: E402
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist  # noqa: E402
+from django.tasks.signals import task_enqueued  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from celery_outbox import OutboxTask  # noqa: E402
+from django_outbox.models import OutboxMessage  # noqa: E402
+from django_outbox.tasks import DurableTask, OutboxBackend, task  # noqa: E402
+from django_outbox.tasks.priority import broker_priority, runs_low_first  # noqa: E402
+from tests.django.djtasks_app import app  # noqa: E402
+from tests.django.djtasks_fixtures import djtasks_queue, tasks, tasks_setting  # noqa: E402, F401
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.redis,
+    # Celery's Redis result backend calls redis-py's deprecated ``setex``.
+    pytest.mark.filterwarnings("ignore:Call to deprecated setex:DeprecationWarning"),
+]
+
+
+def module_level(key: str) -> None:
+    """A function that is not yet a task."""
+
+
+def badly_configured(key: str) -> None:
+    """A function made a task with a bad option."""
+
+
+def row_of(task_id: str) -> OutboxMessage:
+    return OutboxMessage.objects.get(task_id=task_id)
+
+
+def test_the_backend_is_the_outbox_backend_with_its_capabilities(tasks: ModuleType) -> None:
+    backend = task_backends["default"]
+    assert isinstance(backend, OutboxBackend)
+    assert backend.supports_defer and backend.supports_async_task and backend.supports_priority
+    assert backend.supports_get_result  # a result backend with result_extended
+    assert task_backends["plain"].supports_get_result is False  # no result backend
+    with pytest.raises(NotImplementedError, match="no result_backend"):
+        task_backends["plain"].get_result("any-id")
+
+
+def test_a_task_is_a_durable_task_with_a_celery_outbox_task(tasks: ModuleType) -> None:
+    assert isinstance(tasks.always_fails, DurableTask)
+    celery_task = app.tasks["tests.django.djtasks_tasks.always_fails"]
+    assert isinstance(celery_task, OutboxTask)
+    assert (celery_task.max_retries, celery_task.retry_backoff) == (2, 0.1)
+    assert celery_task.retry_backoff_max == 0.2
+    # Options not given keep OutboxTask's defaults.
+    assert app.tasks["tests.django.djtasks_tasks.record"].max_retries == OutboxTask.max_retries
+
+
+def test_enqueue_writes_a_row_in_the_transaction_with_the_result_id(tasks: ModuleType) -> None:
+    with transaction.atomic():
+        result = tasks.record.enqueue("k", value={"a": (1, 2)})
+        row = row_of(result.id)  # known before COMMIT; the row is in this transaction
+    assert result.status == TaskResultStatus.READY
+    assert (result.args, result.kwargs) == (["k"], {"value": {"a": [1, 2]}})
+    assert result.backend == "default" and result.enqueued_at is not None
+    assert row.task_name == "tests.django.djtasks_tasks.record"
+    assert json.loads(row.payload)[:2] == [["k"], {"value": {"a": [1, 2]}}]
+    assert row.options["routing_key"] == app.conf.task_default_queue
+
+
+def test_a_rolled_back_enqueue_leaves_no_row(tasks: ModuleType) -> None:
+    class Rollback(Exception):
+        pass
+
+    with pytest.raises(Rollback), transaction.atomic():
+        result = tasks.record.enqueue("k")
+        raise Rollback
+    assert not OutboxMessage.objects.filter(task_id=result.id).exists()
+
+
+def test_queue_priority_and_run_after_become_celery_options(tasks: ModuleType) -> None:
+    later = timezone.now() + timedelta(hours=1)
+    result = tasks.elsewhere.using(run_after=later).enqueue("k")
+    row = row_of(result.id)
+    assert row.options["routing_key"] == "djtasks-other"
+    assert row.options["properties"]["priority"] == 9  # Django −100 is Redis' last
+    assert row.available_at == later  # beyond outbox_park_after: parked in the table
+    soon = tasks.record.using(run_after=timezone.now() + timedelta(seconds=0.5)).enqueue("k")
+    assert row_of(soon.id).available_at < timezone.now() + timedelta(seconds=0.5)  # an ETA
+
+
+@pytest.mark.parametrize(
+    ("priority", "amqp", "redis"),
+    [(-100, 0, 9), (-50, 2, 7), (0, 5, 4), (1, 5, 4), (50, 7, 2), (100, 9, 0)],
+)
+def test_priority_maps_linearly_onto_the_broker_range(priority: int, amqp: int, redis: int) -> None:
+    assert broker_priority(priority, low_first=False) == amqp
+    assert broker_priority(priority, low_first=True) == redis
+
+
+def test_the_priority_order_follows_the_broker_url() -> None:
+    assert runs_low_first("redis://localhost/0") and runs_low_first("rediss://h/1")
+    assert not runs_low_first("amqp://guest@localhost//") and not runs_low_first(None)
+
+
+def test_task_enqueued_is_sent_by_the_backend_class(tasks: ModuleType) -> None:
+    seen: list[tuple[Any, Any]] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append((sender, task_result))
+
+    task_enqueued.connect(receiver)
+    try:
+        result = tasks.record.enqueue("k")
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert seen == [(OutboxBackend, result)]
+
+
+def test_aenqueue_writes_the_row_too(tasks: ModuleType) -> None:
+    # async_to_sync: the backend's sync_to_async then runs in this thread, in its transaction.
+    result = async_to_sync(tasks.async_double.aenqueue)("k", 2)
+    assert row_of(result.id).task_name == "tests.django.djtasks_tasks.async_double"
+    assert result.task.priority == 10
+
+
+def test_an_invalid_task_is_refused_as_django_refuses_it(tasks: ModuleType) -> None:
+    def nested(key: str) -> None:
+        pass
+
+    with pytest.raises(InvalidTask, match="module level"):
+        task(nested)
+    with pytest.raises(InvalidTask, match="priority must be a whole number"):
+        task(priority=101)(module_level)
+    with pytest.raises(InvalidTask, match="Queue 'nowhere' is not valid"):
+        task(queue_name="nowhere")(module_level)
+    with pytest.raises(InvalidTask, match="first argument of 'context'"):
+        task(takes_context=True)(module_level)
+    with pytest.raises(InvalidTask, match="aware datetime"):
+        tasks.record.using(run_after=datetime(2030, 1, 1))  # noqa: DTZ001
+    with pytest.raises(InvalidTask, match="Queue 'nowhere' is not valid"):
+        tasks.record.using(queue_name="nowhere")
+
+
+def test_arguments_that_are_not_json_are_refused_before_any_row(tasks: ModuleType) -> None:
+    with pytest.raises(TypeError):
+        tasks.record.enqueue("k", value=object())
+    assert not OutboxMessage.objects.exists()
+
+
+def test_outbox_options_need_an_outbox_backend(settings: Any) -> None:
+    settings.TASKS = {
+        **settings.TASKS,
+        "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+    }
+    with pytest.raises(InvalidTask, match="'immediate' is not an outbox backend"):
+        task(backend="immediate", max_retries=1)(module_level)
+
+
+def test_a_bad_outbox_option_is_an_error_at_enqueue_naming_it(tasks: ModuleType) -> None:
+    bad = task(retry_backoff_max=-1)(badly_configured)
+    with pytest.raises(Exception, match="retry_backoff_max"):
+        bad.enqueue("k")
+
+
+def test_an_unknown_id_does_not_exist(tasks: ModuleType) -> None:
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result("no-such-task-id")
+
+
+def test_a_pending_row_reads_ready_before_its_commit(tasks: ModuleType) -> None:
+    with transaction.atomic():
+        result = tasks.record.enqueue("k", value=3)
+        read = default_task_backend.get_result(result.id)
+    assert (read.status, read.args, read.kwargs) == (TaskResultStatus.READY, ["k"], {"value": 3})
+    assert read.task == tasks.record
