@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from celery import Celery
 from celery.app.task import Context
 from celery.states import PENDING
 from django.db import DEFAULT_DB_ALIAS, transaction
-from django.tasks import DEFAULT_TASK_QUEUE_NAME, TaskResult, TaskResultStatus
+from django.tasks import DEFAULT_TASK_QUEUE_NAME, TaskResult
 from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import Task
 from django.tasks.exceptions import InvalidTask
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
@@ -17,12 +18,15 @@ from kombu.utils.uuid import uuid
 
 from celery_outbox import OutboxTask
 from django_outbox.celery_app import import_app, project_app
-from django_outbox.tasks import checks, results
+from django_outbox.tasks import checks, results, statuses
 from django_outbox.tasks.definition import DurableTask
 from django_outbox.tasks.priority import broker_priority, runs_low_first
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-class OutboxBackend(BaseTaskBackend):  # type: ignore[misc]  # django.tasks has no type hints
+
+class OutboxBackend(BaseTaskBackend):
     """Enqueue Django tasks as outbox rows of the current transaction; run them on Celery.
 
     ``TASKS[alias]["OPTIONS"]``: ``DATABASE`` (the alias whose transaction the rows join,
@@ -73,7 +77,9 @@ class OutboxBackend(BaseTaskBackend):  # type: ignore[misc]  # django.tasks has 
                 "@task while this backend is its backend."
             )
 
-    def enqueue(self, task: DurableTask, args: Any, kwargs: Any) -> TaskResult:
+    def enqueue(
+        self, task: Task[_P, _R], args: list[Any], kwargs: dict[str, Any]
+    ) -> TaskResult[_P, _R]:
         """Write ``task``'s outbox row in the current transaction of :attr:`database`.
 
         The returned result's id is the Celery task id; ``task_enqueued`` is sent once
@@ -90,10 +96,10 @@ class OutboxBackend(BaseTaskBackend):  # type: ignore[misc]  # django.tasks has 
         """
         self.validate_task(task)
         app = self.celery_app
-        result = TaskResult(
+        result: TaskResult[_P, _R] = TaskResult(
             task=task,
             id=uuid(),
-            status=TaskResultStatus.READY,
+            status=statuses.READY,
             enqueued_at=None,
             started_at=None,
             finished_at=None,
@@ -116,7 +122,7 @@ class OutboxBackend(BaseTaskBackend):  # type: ignore[misc]  # django.tasks has 
         task_enqueued.send(type(self), task_result=result)
         return result
 
-    def get_result(self, result_id: str) -> TaskResult:
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
         """The result of ``result_id`` (see :mod:`django_outbox.tasks.results`).
 
         Raises
@@ -135,7 +141,7 @@ class OutboxBackend(BaseTaskBackend):  # type: ignore[misc]  # django.tasks has 
         """System checks of this backend's configuration (:mod:`django_outbox.tasks.checks`)."""
         return checks.check_backend(self)
 
-    def _dispatch_options(self, task: DurableTask, app: Celery) -> dict[str, Any]:
+    def _dispatch_options(self, task: Task[..., Any], app: Celery) -> dict[str, Any]:
         low_first = runs_low_first(app.conf.broker_url)
         options: dict[str, Any] = {"priority": broker_priority(task.priority, low_first=low_first)}
         if task.queue_name != DEFAULT_TASK_QUEUE_NAME:
@@ -144,17 +150,17 @@ class OutboxBackend(BaseTaskBackend):  # type: ignore[misc]  # django.tasks has 
             options["eta"] = task.run_after
         return options
 
-    def _celery_task(self, app: Celery, task: DurableTask) -> OutboxTask:
-        found = app.tasks.get(task.celery_name)
+    def _celery_task(self, app: Celery, task: Task[..., Any]) -> OutboxTask:
+        found = app.tasks.get(task.module_path)
         if not isinstance(found, OutboxTask):
             raise InvalidTask(
-                f"The Celery app {app.main!r} has no outbox task {task.celery_name!r}: was "
+                f"The Celery app {app.main!r} has no outbox task {task.module_path!r}: was "
                 "the app created after its tasks were defined, in another process?"
             )
         return found
 
 
-def _record_enqueued(app: Celery, result: TaskResult, options: dict[str, Any]) -> None:
+def _record_enqueued(app: Celery, result: TaskResult[..., Any], options: dict[str, Any]) -> None:
     """Write ``PENDING`` with the task's name and arguments to the result backend, unless
     a worker already wrote a state (a later dispatch of the transaction was published
     before this ran)."""
@@ -162,7 +168,7 @@ def _record_enqueued(app: Celery, result: TaskResult, options: dict[str, Any]) -
     if backend.get_task_meta(result.id, cache=False).get("status") != PENDING:
         return
     request = Context(
-        task=result.task.celery_name,
+        task=result.task.module_path,
         args=result.args,
         kwargs=result.kwargs,
         retries=0,

@@ -14,18 +14,33 @@ id                          problem
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection
+from typing import Any, Protocol
 
+from celery import Celery
 from django.core.checks import CheckMessage, Error, Warning
 from django.tasks import DEFAULT_TASK_QUEUE_NAME
 
 from celery_outbox.exceptions import OutboxConfigError
 
-if TYPE_CHECKING:
-    from django_outbox.tasks.backend import OutboxBackend
+
+class CheckedBackend(Protocol):
+    """What the checks read of an ``OutboxBackend``."""
+
+    @property
+    def alias(self) -> str:
+        """The backend's alias in ``TASKS``."""
+
+    @property
+    def queues(self) -> Collection[str]:
+        """The queues tasks may name (``QUEUES``)."""
+
+    @property
+    def celery_app(self) -> Celery:
+        """The backend's Celery app (raises ``OutboxConfigError`` when none is found)."""
 
 
-def check_backend(backend: OutboxBackend) -> list[CheckMessage]:
+def check_backend(backend: CheckedBackend) -> list[CheckMessage]:
     """Every problem of ``backend``'s configuration."""
     try:
         app = backend.celery_app
@@ -54,7 +69,7 @@ def check_backend(backend: OutboxBackend) -> list[CheckMessage]:
     return problems
 
 
-def unrouted_queues(backend: OutboxBackend, app: Any) -> set[str]:
+def unrouted_queues(backend: CheckedBackend, app: Any) -> set[str]:
     """The queues of ``QUEUES`` Celery would refuse to publish to."""
     if app.conf.task_create_missing_queues:
         return set()
@@ -62,7 +77,7 @@ def unrouted_queues(backend: OutboxBackend, app: Any) -> set[str]:
     return named - set(app.amqp.queues)
 
 
-def results_unreadable(backend: OutboxBackend) -> str | None:
+def results_unreadable(backend: CheckedBackend) -> str | None:
     """Why ``backend`` cannot read results, or ``None`` when it can.
 
     The result backend must record the task's name and arguments (``result_extended``):

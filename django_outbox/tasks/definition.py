@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_QUEUE_NAME, task_backends
 from django.tasks.base import DEFAULT_TASK_PRIORITY, Task
 from django.tasks.exceptions import InvalidTask
+
+from django_outbox.tasks.registry import register
 
 #: The ``OutboxTask`` attributes :func:`task` accepts (Celery's names and units).
 OUTBOX_OPTIONS = (
@@ -27,12 +29,17 @@ OUTBOX_OPTIONS = (
     "atomic",
 )
 
+if TYPE_CHECKING:
+    _TaskBase = Task[..., Any]
+else:  # django.tasks' Task is generic only in django-stubs
+    _TaskBase = Task
+
 #: "Not given": the ``OutboxTask`` default applies (``None`` is a value: no limit).
 _UNSET: Any = object()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DurableTask(Task):  # type: ignore[misc]  # django.tasks ships no type hints
+class DurableTask(_TaskBase):
     """A Django task whose function runs on Celery as an ``OutboxTask``.
 
     ``outbox_options`` holds the ``OutboxTask`` attributes given to :func:`task`
@@ -45,14 +52,7 @@ class DurableTask(Task):  # type: ignore[misc]  # django.tasks ships no type hin
 
     def __post_init__(self) -> None:
         Task.__post_init__(self)
-        from django_outbox.tasks.registry import register
-
-        register(self)
-
-    @property
-    def celery_name(self) -> str:
-        """The name of the Celery task the function runs as (its module path)."""
-        return str(self.module_path)
+        register(self, options=dict(self.outbox_options))
 
 
 @overload

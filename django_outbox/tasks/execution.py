@@ -19,17 +19,20 @@ from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
+from django_outbox.tasks import statuses
+
 if TYPE_CHECKING:
+    from django.tasks.base import Task
+
     from celery_outbox import OutboxTask
-    from django_outbox.tasks.definition import DurableTask
 
 
 def run_on_worker(
-    definition: DurableTask, celery_task: OutboxTask, args: Any, kwargs: Any
+    definition: Task[..., Any], celery_task: OutboxTask, args: Any, kwargs: Any
 ) -> Any:
     """Run one attempt of ``definition`` as ``celery_task``'s body; its JSON return value."""
     result = running_result(definition, celery_task, args, kwargs)
-    sender = _sender()
+    sender = type(definition.get_backend())  # as Django's backends: the backend's class
     task_started.send(sender=sender, task_result=result)
     try:
         if definition.takes_context:
@@ -40,25 +43,25 @@ def run_on_worker(
     except KeyboardInterrupt:  # as Django's own backends: let the user stop it
         raise
     except BaseException as exc:
-        _finish(result, TaskResultStatus.FAILED, errors=[error_of(exc)])
+        _finish(result, statuses.FAILED, errors=[error_of(exc)])
         task_finished.send(sender=sender, task_result=result)  # in the handler: exc_info
         raise
-    _finish(result, TaskResultStatus.SUCCESSFUL, value=value)
+    _finish(result, statuses.SUCCESSFUL, value=value)
     task_finished.send(sender=sender, task_result=result)
     return value
 
 
 def running_result(
-    definition: DurableTask, celery_task: OutboxTask, args: Any, kwargs: Any
-) -> TaskResult:
+    definition: Task[..., Any], celery_task: OutboxTask, args: Any, kwargs: Any
+) -> TaskResult[..., Any]:
     """The ``TaskResult`` of the attempt starting now on this worker."""
     request = celery_task.request
     now = timezone.now()
     attempts = int(request.retries or 0) + 1
     result = TaskResult(
         task=definition,
-        id=request.id,
-        status=TaskResultStatus.RUNNING,
+        id=str(request.id),
+        status=statuses.RUNNING,
         enqueued_at=None,
         started_at=now,
         finished_at=None,
@@ -84,7 +87,7 @@ def error_of(exc: BaseException) -> TaskError:
 
 
 def _finish(
-    result: TaskResult,
+    result: TaskResult[..., Any],
     status: TaskResultStatus,
     *,
     value: Any = None,
@@ -95,9 +98,3 @@ def _finish(
     object.__setattr__(result, "finished_at", timezone.now())
     object.__setattr__(result, "_return_value", value)
     result.errors.extend(errors or ())
-
-
-def _sender() -> type[Any]:
-    from django_outbox.tasks.backend import OutboxBackend
-
-    return OutboxBackend

@@ -1,10 +1,10 @@
-"""Django's task priority (−100 … 100, higher runs first) as a Celery message priority.
+"""Django's task priority (-100 … 100, higher runs first) as a Celery message priority.
 
 The range is mapped linearly onto the broker's ten levels, 0 … 9, and rounded half up
 (Django's default 0 is 5 on RabbitMQ). RabbitMQ runs higher numbers first (the queue
 needs ``x-max-priority``); Redis runs *lower* numbers first (kombu reads its priority
 lists 0, 3, 6, 9 in that order, and a message without a priority is 0), so on Redis the
-scale is turned over: Django 100 → 0, Django 0 → 4, Django −100 → 9.
+scale is turned over: Django 100 → 0, Django 0 → 4, Django -100 → 9.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def broker_priority(priority: int, *, low_first: bool) -> int:
     Parameters
     ----------
     priority
-        Django's, −100 … 100 (validated by the backend before this is called).
+        Django's, -100 … 100 (validated by the backend before this is called).
     low_first
         Whether the broker runs lower numbers first (Redis).
     """

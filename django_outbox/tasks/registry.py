@@ -19,32 +19,33 @@ from celery_outbox._compat import active_apps, connect_on_app_finalize
 from django_outbox.tasks.execution import run_on_worker
 
 if TYPE_CHECKING:
-    from django_outbox.tasks.definition import DurableTask
+    from django.tasks.base import Task
 
-_definitions: dict[str, DurableTask] = {}
+_definitions: dict[str, Task[..., Any]] = {}
 _lock = threading.Lock()
 
 
-def register(definition: DurableTask) -> None:
-    """Make ``definition``'s function a Celery task of every app, once per name.
+def register(definition: Task[..., Any], *, options: dict[str, Any]) -> None:
+    """Make ``definition``'s function a Celery task of every app, once per name (its
+    module path), with ``options`` (``OutboxTask`` attributes).
 
     Copies made by ``Task.using()`` share the name and change nothing; a module
     reloaded replaces the definition the workers run.
     """
-    name = definition.celery_name
+    name = definition.module_path
     with _lock:
         known = _definitions.get(name)
         if known is None or known.func is not definition.func:
             _definitions[name] = definition
     if known is not None:
         return
-    make = _task_maker(name, dict(definition.outbox_options))
+    make = _task_maker(name, options)
     connect_on_app_finalize(make)
     for app in active_apps():
         make(app)
 
 
-def definition_named(name: str) -> DurableTask | None:
+def definition_named(name: str) -> Task[..., Any] | None:
     """The Django task registered as Celery task ``name`` in this process, if any."""
     return _definitions.get(name)
 
@@ -59,7 +60,8 @@ def _task_maker(name: str, options: dict[str, Any]) -> Any:
 
     def make(app: Celery) -> Any:
         # track_started: a running task reads RUNNING through the result backend.
-        return app.task(
+        make_task: Any = app.task  # celery-types' overloads know no OutboxTask option
+        return make_task(
             run,
             name=name,
             base=OutboxTask,

@@ -14,7 +14,7 @@ Read in this order:
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from celery import Celery, states
 from django.tasks import TaskResult, TaskResultStatus
@@ -25,25 +25,36 @@ from django.utils.module_loading import import_string
 from celery_outbox.envelope import decode_body
 from celery_outbox.records import MessageStatus
 from django_outbox.models import DeadLetter, OutboxMessage
+from django_outbox.tasks import statuses
 from django_outbox.tasks.definition import DurableTask
 from django_outbox.tasks.registry import definition_named
 
-if TYPE_CHECKING:
-    from django_outbox.tasks.backend import OutboxBackend
+
+class ReadingBackend(Protocol):
+    """What the reading needs of an ``OutboxBackend``."""
+
+    @property
+    def alias(self) -> str:
+        """The backend's alias in ``TASKS``."""
+
+    @property
+    def database(self) -> str:
+        """The database alias holding its outbox rows and dead letters."""
+
 
 #: Celery states and the Django status each reads as.
 STATUS_OF_STATE = {
-    states.PENDING: TaskResultStatus.READY,
-    states.RECEIVED: TaskResultStatus.READY,
-    states.RETRY: TaskResultStatus.READY,
-    states.STARTED: TaskResultStatus.RUNNING,
-    states.SUCCESS: TaskResultStatus.SUCCESSFUL,
-    states.FAILURE: TaskResultStatus.FAILED,
-    states.REVOKED: TaskResultStatus.FAILED,
+    states.PENDING: statuses.READY,
+    states.RECEIVED: statuses.READY,
+    states.RETRY: statuses.READY,
+    states.STARTED: statuses.RUNNING,
+    states.SUCCESS: statuses.SUCCESSFUL,
+    states.FAILURE: statuses.FAILED,
+    states.REVOKED: statuses.FAILED,
 }
 
 
-def read_result(backend: OutboxBackend, app: Celery, result_id: str) -> TaskResult:
+def read_result(backend: ReadingBackend, app: Celery, result_id: str) -> TaskResult[..., Any]:
     """The ``TaskResult`` of ``result_id``.
 
     Raises
@@ -66,13 +77,13 @@ def read_result(backend: OutboxBackend, app: Celery, result_id: str) -> TaskResu
     return _from_outbox(backend, app, result_id)
 
 
-def _from_letter(backend: OutboxBackend, letter: DeadLetter) -> TaskResult:
+def _from_letter(backend: ReadingBackend, letter: DeadLetter) -> TaskResult[..., Any]:
     error = TaskError(exception_class_path=letter.exception_type, traceback=letter.traceback)
     return _result(
         backend,
         _definition(letter.task_name, letter.task_id),
         letter.task_id,
-        TaskResultStatus.FAILED,
+        statuses.FAILED,
         args=letter.args,
         kwargs=letter.kwargs,
         finished_at=letter.failed_at,
@@ -81,10 +92,10 @@ def _from_letter(backend: OutboxBackend, letter: DeadLetter) -> TaskResult:
 
 
 def _from_meta(
-    backend: OutboxBackend, app: Celery, result_id: str, meta: dict[str, Any]
-) -> TaskResult:
+    backend: ReadingBackend, app: Celery, result_id: str, meta: dict[str, Any]
+) -> TaskResult[..., Any]:
     state = meta["status"]
-    status = STATUS_OF_STATE.get(state, TaskResultStatus.READY)
+    status = STATUS_OF_STATE.get(state, statuses.READY)
     errors = []
     if state in states.EXCEPTION_STATES:
         errors.append(_backend_error(meta))
@@ -100,12 +111,12 @@ def _from_meta(
         errors=errors,
         worker_ids=[str(worker)] * attempts if worker else [],
     )
-    if status == TaskResultStatus.SUCCESSFUL:
+    if status == statuses.SUCCESSFUL:
         object.__setattr__(result, "_return_value", meta.get("result"))
     return result
 
 
-def _from_outbox(backend: OutboxBackend, app: Celery, result_id: str) -> TaskResult:
+def _from_outbox(backend: ReadingBackend, app: Celery, result_id: str) -> TaskResult[..., Any]:
     row = (
         OutboxMessage.objects.using(backend.database)
         .filter(task_id=result_id, status=MessageStatus.PENDING.value)
@@ -120,23 +131,23 @@ def _from_outbox(backend: OutboxBackend, app: Celery, result_id: str) -> TaskRes
         backend,
         _definition(row.task_name, result_id),
         result_id,
-        TaskResultStatus.READY,
+        statuses.READY,
         args=args,
         kwargs=kwargs,
         enqueued_at=row.created_at,
     )
 
 
-_FINISHED = {TaskResultStatus.SUCCESSFUL.value, TaskResultStatus.FAILED.value}
+_FINISHED = {statuses.SUCCESSFUL.value, statuses.FAILED.value}
 
 
 def _result(
-    backend: OutboxBackend,
+    backend: ReadingBackend,
     definition: DurableTask,
     result_id: str,
     status: TaskResultStatus,
     **fields: Any,
-) -> TaskResult:
+) -> TaskResult[..., Any]:
     values: dict[str, Any] = {
         "enqueued_at": None,
         "started_at": None,
@@ -146,9 +157,7 @@ def _result(
         "worker_ids": [],
         **fields,
     }
-    return TaskResult(
-        task=definition, id=result_id, status=status, backend=backend.alias, **values
-    )
+    return TaskResult(task=definition, id=result_id, status=status, backend=backend.alias, **values)
 
 
 def _definition(name: str, result_id: str) -> DurableTask:

@@ -10,10 +10,10 @@ TASKS = {
     "default": {
         "BACKEND": "django_outbox.tasks.OutboxBackend",
         "QUEUES": ["default", "djtasks-other"],
-        "OPTIONS": {"CELERY_APP": "tests.django.djtasks_app:app"},
+        "OPTIONS": {"CELERY_APP": "tests.django.tasks_backend.app:app"},
     },
     "plain": {
         "BACKEND": "django_outbox.tasks.OutboxBackend",
-        "OPTIONS": {"CELERY_APP": "tests.django.djtasks_app:plain_app"},
+        "OPTIONS": {"CELERY_APP": "tests.django.tasks_backend.app:plain_app"},
     },
 }

@@ -19,18 +19,18 @@ from asgiref.sync import async_to_sync
 
 pytest.importorskip("django.tasks")  # Django >= 6.0
 
-from django.db import transaction  # noqa: E402
-from django.tasks import TaskResultStatus, default_task_backend, task_backends  # noqa: E402
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist  # noqa: E402
-from django.tasks.signals import task_enqueued  # noqa: E402
-from django.utils import timezone  # noqa: E402
+from django.db import transaction
+from django.tasks import TaskResultStatus, default_task_backend, task_backends
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
 
-from celery_outbox import OutboxTask  # noqa: E402
-from django_outbox.models import OutboxMessage  # noqa: E402
-from django_outbox.tasks import DurableTask, OutboxBackend, task  # noqa: E402
-from django_outbox.tasks.priority import broker_priority, runs_low_first  # noqa: E402
-from tests.django.djtasks_app import app  # noqa: E402
-from tests.django.djtasks_fixtures import djtasks_queue, tasks, tasks_setting  # noqa: E402, F401
+from celery_outbox import OutboxTask
+from django_outbox.models import OutboxMessage
+from django_outbox.tasks import DurableTask, OutboxBackend, task
+from django_outbox.tasks.priority import broker_priority, runs_low_first
+from tests.django.helpers import rolled_back
+from tests.django.tasks_backend.app import app
 
 pytestmark = [
     pytest.mark.django_db,
@@ -55,7 +55,9 @@ def row_of(task_id: str) -> OutboxMessage:
 def test_the_backend_is_the_outbox_backend_with_its_capabilities(tasks: ModuleType) -> None:
     backend = task_backends["default"]
     assert isinstance(backend, OutboxBackend)
-    assert backend.supports_defer and backend.supports_async_task and backend.supports_priority
+    assert backend.supports_defer
+    assert backend.supports_async_task
+    assert backend.supports_priority
     assert backend.supports_get_result  # a result backend with result_extended
     assert task_backends["plain"].supports_get_result is False  # no result backend
     with pytest.raises(NotImplementedError, match="no result_backend"):
@@ -64,12 +66,13 @@ def test_the_backend_is_the_outbox_backend_with_its_capabilities(tasks: ModuleTy
 
 def test_a_task_is_a_durable_task_with_a_celery_outbox_task(tasks: ModuleType) -> None:
     assert isinstance(tasks.always_fails, DurableTask)
-    celery_task = app.tasks["tests.django.djtasks_tasks.always_fails"]
+    celery_task = app.tasks["tests.django.tasks_backend.functions.always_fails"]
     assert isinstance(celery_task, OutboxTask)
     assert (celery_task.max_retries, celery_task.retry_backoff) == (2, 0.1)
     assert celery_task.retry_backoff_max == 0.2
     # Options not given keep OutboxTask's defaults.
-    assert app.tasks["tests.django.djtasks_tasks.record"].max_retries == OutboxTask.max_retries
+    record = app.tasks["tests.django.tasks_backend.functions.record"]
+    assert record.max_retries == OutboxTask.max_retries
 
 
 def test_enqueue_writes_a_row_in_the_transaction_with_the_result_id(tasks: ModuleType) -> None:
@@ -78,19 +81,16 @@ def test_enqueue_writes_a_row_in_the_transaction_with_the_result_id(tasks: Modul
         row = row_of(result.id)  # known before COMMIT; the row is in this transaction
     assert result.status == TaskResultStatus.READY
     assert (result.args, result.kwargs) == (["k"], {"value": {"a": [1, 2]}})
-    assert result.backend == "default" and result.enqueued_at is not None
-    assert row.task_name == "tests.django.djtasks_tasks.record"
+    assert result.backend == "default"
+    assert result.enqueued_at is not None
+    assert row.task_name == "tests.django.tasks_backend.functions.record"
     assert json.loads(row.payload)[:2] == [["k"], {"value": {"a": [1, 2]}}]
     assert row.options["routing_key"] == app.conf.task_default_queue
 
 
 def test_a_rolled_back_enqueue_leaves_no_row(tasks: ModuleType) -> None:
-    class Rollback(Exception):
-        pass
-
-    with pytest.raises(Rollback), transaction.atomic():
+    with rolled_back():
         result = tasks.record.enqueue("k")
-        raise Rollback
     assert not OutboxMessage.objects.filter(task_id=result.id).exists()
 
 
@@ -99,7 +99,7 @@ def test_queue_priority_and_run_after_become_celery_options(tasks: ModuleType) -
     result = tasks.elsewhere.using(run_after=later).enqueue("k")
     row = row_of(result.id)
     assert row.options["routing_key"] == "djtasks-other"
-    assert row.options["properties"]["priority"] == 9  # Django −100 is Redis' last
+    assert row.options["properties"]["priority"] == 9  # Django -100 is Redis' last
     assert row.available_at == later  # beyond outbox_park_after: parked in the table
     soon = tasks.record.using(run_after=timezone.now() + timedelta(seconds=0.5)).enqueue("k")
     assert row_of(soon.id).available_at < timezone.now() + timedelta(seconds=0.5)  # an ETA
@@ -115,8 +115,10 @@ def test_priority_maps_linearly_onto_the_broker_range(priority: int, amqp: int, 
 
 
 def test_the_priority_order_follows_the_broker_url() -> None:
-    assert runs_low_first("redis://localhost/0") and runs_low_first("rediss://h/1")
-    assert not runs_low_first("amqp://guest@localhost//") and not runs_low_first(None)
+    assert runs_low_first("redis://localhost/0")
+    assert runs_low_first("rediss://h/1")
+    assert not runs_low_first("amqp://guest@localhost//")
+    assert not runs_low_first(None)
 
 
 def test_task_enqueued_is_sent_by_the_backend_class(tasks: ModuleType) -> None:
@@ -136,7 +138,7 @@ def test_task_enqueued_is_sent_by_the_backend_class(tasks: ModuleType) -> None:
 def test_aenqueue_writes_the_row_too(tasks: ModuleType) -> None:
     # async_to_sync: the backend's sync_to_async then runs in this thread, in its transaction.
     result = async_to_sync(tasks.async_double.aenqueue)("k", 2)
-    assert row_of(result.id).task_name == "tests.django.djtasks_tasks.async_double"
+    assert row_of(result.id).task_name == "tests.django.tasks_backend.functions.async_double"
     assert result.task.priority == 10
 
 
@@ -153,7 +155,7 @@ def test_an_invalid_task_is_refused_as_django_refuses_it(tasks: ModuleType) -> N
     with pytest.raises(InvalidTask, match="first argument of 'context'"):
         task(takes_context=True)(module_level)
     with pytest.raises(InvalidTask, match="aware datetime"):
-        tasks.record.using(run_after=datetime(2030, 1, 1))  # noqa: DTZ001
+        tasks.record.using(run_after=datetime(2030, 1, 1))
     with pytest.raises(InvalidTask, match="Queue 'nowhere' is not valid"):
         tasks.record.using(queue_name="nowhere")
 
@@ -190,3 +192,32 @@ def test_a_pending_row_reads_ready_before_its_commit(tasks: ModuleType) -> None:
         read = default_task_backend.get_result(result.id)
     assert (read.status, read.args, read.kwargs) == (TaskResultStatus.READY, ["k"], {"value": 3})
     assert read.task == tasks.record
+
+
+def check_ids(alias: str) -> list[str]:
+    return [message.id for message in task_backends[alias].check()]
+
+
+def test_checks_report_no_celery_app_an_unrouted_queue_and_unreadable_results(
+    settings: Any,
+) -> None:
+    outbox = "django_outbox.tasks.OutboxBackend"
+    settings.TASKS = {
+        **settings.TASKS,
+        "lost": {"BACKEND": outbox, "OPTIONS": {"CELERY_APP": "nowhere_at_all:app"}},
+        "strict": {
+            "BACKEND": outbox,
+            "QUEUES": ["default", "declared", "undeclared"],
+            "OPTIONS": {"CELERY_APP": "tests.django.tasks_backend.app:strict_app"},
+        },
+    }
+    assert check_ids("default") == []
+    assert check_ids("lost") == ["django_outbox.E101"]
+    assert check_ids("plain") == ["django_outbox.W101"]
+    (unrouted, _) = task_backends["strict"].check()
+    assert unrouted.id == "django_outbox.E102"
+    assert "'undeclared'" in unrouted.msg
+    # Django runs them through its own check of every task backend.
+    from django.core.checks import run_checks
+
+    assert {"django_outbox.E101", "django_outbox.E102"} <= {m.id for m in run_checks()}

@@ -1,7 +1,7 @@
 """A process that enqueues one Django task, prints its id, commits, and is killed
 (SIGKILL) right after COMMIT, before its on-commit publisher runs.
 
-``python -m tests.django.djtasks_client KEY`` with ``tests.django.djtasks_settings``.
+``python -m tests.django.tasks_backend.client KEY`` with ``tests.django.tasks_backend.settings``.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import sys
 
 import django
 
-os.environ["DJANGO_SETTINGS_MODULE"] = "tests.django.djtasks_settings"
+os.environ["DJANGO_SETTINGS_MODULE"] = "tests.django.tasks_backend.settings"
 django.setup()
 
 from django.db import transaction  # noqa: E402
 
-from tests.django.djtasks_tasks import record  # noqa: E402
+from tests.django.tasks_backend.functions import record  # noqa: E402
 
 
 def main(key: str) -> None:

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -18,19 +17,18 @@ import pytest
 
 pytest.importorskip("django.tasks")  # Django >= 6.0
 
-from django.db import transaction  # noqa: E402
-from django.tasks import TaskResultStatus, task_backends  # noqa: E402
-from django.tasks.exceptions import TaskResultDoesNotExist  # noqa: E402
-from django.utils import timezone  # noqa: E402
+from django.db import transaction
+from django.tasks import TaskResultStatus, task_backends
+from django.tasks.exceptions import TaskResultDoesNotExist
+from django.utils import timezone
 
-from celery_outbox.sweep_task import sweep_app  # noqa: E402
-from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage  # noqa: E402
-from tests.brokers import purge_queue  # noqa: E402
-from tests.django.atomic_tasks import events  # noqa: E402
-from tests.django.djtasks_app import app  # noqa: E402
-from tests.django.djtasks_fixtures import djtasks_queue, tasks, tasks_setting  # noqa: E402, F401
-from tests.django.helpers import Rollback, database_url, postgres_only  # noqa: E402
-from tests.worker import REPO_ROOT, SharedWorker, wait_for, worker_env  # noqa: E402
+from celery_outbox.sweep_task import sweep_app
+from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage
+from tests.brokers import purge_queue
+from tests.django.atomic_tasks import events
+from tests.django.helpers import database_url, postgres_only, rolled_back
+from tests.django.tasks_backend.app import app
+from tests.worker import REPO_ROOT, SharedWorker, wait_for, worker_env
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -70,7 +68,7 @@ class Run:
 @pytest.fixture
 def run(
     redis_url: str, djtasks_queue: str, shared_worker: SharedWorker, tmp_path_factory: Any
-) -> Iterator[Run]:
+) -> Run:
     purge_queue(redis_url, djtasks_queue)
     output = Path(str(tmp_path_factory.getbasetemp())) / f"djtasks-{djtasks_queue}.jsonl"
     env = {
@@ -79,8 +77,8 @@ def run(
         "OUTBOX_TEST_OUTPUT": str(output),
         "OUTBOX_DJANGO_DB_URL": database_url(),
     }
-    shared_worker.get("tests.django.djtasks_worker", queue=djtasks_queue, env=env)
-    yield Run(output=output, env=env, since=len(events(output)))
+    shared_worker.get("tests.django.tasks_backend.worker", queue=djtasks_queue, env=env)
+    return Run(output=output, env=env, since=len(events(output)))
 
 
 def key() -> str:
@@ -103,9 +101,11 @@ def test_a_committed_task_runs_once_with_django_signals_and_reads_successful(
         result = tasks.record.enqueue(k, value={"n": 1})
     run.wait(lambda: finished(result.id))
     read = result_of(result.id)
-    assert read.status == TaskResultStatus.SUCCESSFUL and read.return_value == {"n": 1}
+    assert read.status == TaskResultStatus.SUCCESSFUL
+    assert read.return_value == {"n": 1}
     assert (read.args, read.kwargs, read.task) == ([k], {"value": {"n": 1}}, tasks.record)
-    assert read.finished_at is not None and len(read.worker_ids) == 1
+    assert read.finished_at is not None
+    assert len(read.worker_ids) == 1
     assert len(run.events("run", k)) == 1
     assert run.signals(result.id) == [("started", "RUNNING"), ("finished", "SUCCESSFUL")]
     assert {e["sender"] for e in run.events("started")} == {"OutboxBackend"}
@@ -113,9 +113,8 @@ def test_a_committed_task_runs_once_with_django_signals_and_reads_successful(
 
 def test_a_rolled_back_enqueue_runs_nothing(run: Run, tasks: ModuleType) -> None:
     rolled, kept = key(), key()
-    with pytest.raises(Rollback), transaction.atomic():
+    with rolled_back():
         lost = tasks.record.enqueue(rolled)
-        raise Rollback
     with transaction.atomic():
         sentinel = tasks.record.enqueue(kept)
     run.wait(lambda: finished(sentinel.id))
@@ -131,7 +130,7 @@ def test_a_process_killed_after_commit_loses_nothing_the_sweep_publishes_it(
 ) -> None:
     k = key()
     done = subprocess.run(
-        [sys.executable, "-m", "tests.django.djtasks_client", k],
+        [sys.executable, "-m", "tests.django.tasks_backend.client", k],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -180,7 +179,7 @@ def test_failures_retry_then_become_a_dead_letter_that_reads_failed(
     read = result_of(result.id)
     assert read.status == TaskResultStatus.FAILED
     (error,) = read.errors
-    assert error.exception_class_path == "tests.django.djtasks_tasks.Unavailable"
+    assert error.exception_class_path == "tests.django.tasks_backend.functions.Unavailable"
     assert f"down for {k}" in error.traceback
     assert run.signals(result.id) == [("started", "RUNNING"), ("finished", "FAILED")] * 3
     with pytest.raises(ValueError, match="Task failed"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from kombu import Queue
 
 app = Celery("djtasks", set_as_current=False)
 plain_app = Celery("djtasks_plain", broker="memory://", set_as_current=False)
@@ -35,3 +36,7 @@ def configure(broker_url: str, queue: str) -> None:
 
 if os.environ.get("OUTBOX_TEST_BROKER"):
     configure(os.environ["OUTBOX_TEST_BROKER"], os.environ["OUTBOX_TEST_QUEUE"])
+
+#: Creates no missing queue: only ``declared`` (and the default queue) can be routed to.
+strict_app = Celery("djtasks_strict", broker="memory://", set_as_current=False)
+strict_app.conf.update(task_create_missing_queues=False, task_queues=[Queue("declared")])

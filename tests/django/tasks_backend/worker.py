@@ -1,4 +1,5 @@
-"""Worker of the ``django.tasks`` backend tests: ``celery -A tests.django.djtasks_worker worker``.
+"""Worker of the ``django.tasks`` backend tests:
+``celery -A tests.django.tasks_backend.worker worker``.
 
 Records Django's ``task_started`` and ``task_finished`` signals in ``OUTBOX_TEST_OUTPUT``.
 """
@@ -11,14 +12,14 @@ from typing import Any
 
 import django
 
-os.environ["DJANGO_SETTINGS_MODULE"] = "tests.django.djtasks_settings"
+os.environ["DJANGO_SETTINGS_MODULE"] = "tests.django.tasks_backend.settings"
 django.setup()
 
 from django.tasks.signals import task_finished, task_started  # noqa: E402
 
-from tests.django import djtasks_tasks  # noqa: E402, F401  (registers the tasks)
 from tests.django.atomic_tasks import log  # noqa: E402
-from tests.django.djtasks_app import app  # noqa: E402
+from tests.django.tasks_backend import functions  # noqa: E402, F401  (registers the tasks)
+from tests.django.tasks_backend.app import app  # noqa: E402
 
 
 def log_signal(sender: Any, task_result: Any, signal: Any, **kwargs: Any) -> None:
