@@ -47,6 +47,9 @@ class OutboxBackend(BaseTaskBackend):
         self.database: str = self.options.get("DATABASE", DEFAULT_DB_ALIAS)
         self._app_path: str | None = self.options.get("CELERY_APP")
         self._app: Celery | None = None
+        # Read from the app's configuration once: Celery's settings lookups are slow.
+        self._results_readable: bool | None = None
+        self._low_first: bool | None = None
 
     @property
     def celery_app(self) -> Celery:
@@ -64,8 +67,11 @@ class OutboxBackend(BaseTaskBackend):
     @property
     def supports_get_result(self) -> bool:  # type: ignore[override]
         """Whether results can be read: a result backend, ``result_extended`` on, and
-        results not ignored (see :func:`~django_outbox.tasks.checks.results_unreadable`)."""
-        return checks.results_unreadable(self) is None
+        results not ignored (see :func:`~django_outbox.tasks.checks.results_unreadable`);
+        read from the Celery configuration at the first use."""
+        if self._results_readable is None:
+            self._results_readable = checks.results_unreadable(self) is None
+        return self._results_readable
 
     def validate_task(self, task: Any) -> None:
         """Django's validation (module-level function, priority, ``run_after``, queue),
@@ -142,8 +148,10 @@ class OutboxBackend(BaseTaskBackend):
         return checks.check_backend(self)
 
     def _dispatch_options(self, task: Task[..., Any], app: Celery) -> dict[str, Any]:
-        low_first = runs_low_first(app.conf.broker_url)
-        options: dict[str, Any] = {"priority": broker_priority(task.priority, low_first=low_first)}
+        if self._low_first is None:
+            self._low_first = runs_low_first(app.conf.broker_url)
+        priority = broker_priority(task.priority, low_first=self._low_first)
+        options: dict[str, Any] = {"priority": priority}
         if task.queue_name != DEFAULT_TASK_QUEUE_NAME:
             options["queue"] = task.queue_name
         if task.run_after is not None:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
+from celery import Celery
 
 pytest.importorskip("django.tasks")  # Django >= 6.0
 
@@ -29,6 +31,7 @@ from celery_outbox import OutboxTask
 from django_outbox.models import OutboxMessage
 from django_outbox.tasks import DurableTask, OutboxBackend, task
 from django_outbox.tasks.priority import broker_priority, runs_low_first
+from tests.django.atomic_tasks import events
 from tests.django.helpers import rolled_back
 from tests.django.tasks_backend.app import app
 
@@ -221,3 +224,22 @@ def test_checks_report_no_celery_app_an_unrouted_queue_and_unreadable_results(
     from django.core.checks import run_checks
 
     assert {"django_outbox.E101", "django_outbox.E102"} <= {m.id for m in run_checks()}
+
+
+@pytest.fixture
+def outbox_celery_app() -> Celery:
+    """The pytest plugin holds the publishing of the backend's app."""
+    return app
+
+
+def test_the_pytest_plugin_sees_an_enqueue_and_drains_it(
+    tasks: ModuleType, outbox: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OUTBOX_TEST_OUTPUT", str(tmp_path / "runs.jsonl"))
+    with transaction.atomic():
+        result = tasks.record.enqueue("drained", value=5)
+    dispatch = outbox.assert_sent(tasks.record.module_path, args=("drained",), kwargs={"value": 5})
+    assert dispatch.task_id == result.id
+    assert dispatch.using == "default"
+    outbox.drain()  # runs the function here, in the test
+    assert [run["key"] for run in events(tmp_path / "runs.jsonl")] == ["drained"]
