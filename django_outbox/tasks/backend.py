@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any, ParamSpec, TypeVar
 
 from celery import Celery
@@ -50,6 +51,9 @@ class OutboxBackend(BaseTaskBackend):
         # Read from the app's configuration once: Celery's settings lookups are slow.
         self._results_readable: bool | None = None
         self._low_first: bool | None = None
+        # Validated tasks without run_after (a bounded set: the module's tasks and their
+        # using() copies), with their Celery task and options: enqueue() validates once.
+        self._prepared: dict[Task[..., Any], tuple[OutboxTask, dict[str, Any]]] = {}
 
     @property
     def celery_app(self) -> Celery:
@@ -100,7 +104,7 @@ class OutboxBackend(BaseTaskBackend):
         PayloadError
             When the outbox cannot store the message (see ``OutboxTask.apply_async``).
         """
-        self.validate_task(task)
+        celery_task, options = self._prepare(task)
         app = self.celery_app
         result: TaskResult[_P, _R] = TaskResult(
             task=task,
@@ -116,12 +120,11 @@ class OutboxBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        options = self._dispatch_options(task, app)
         if self.supports_get_result:  # before the publish: a worker's state comes later
             transaction.on_commit(
                 lambda: _record_enqueued(app, result, options), self.database, robust=True
             )
-        self._celery_task(app, task).apply_async(
+        celery_task.apply_async(
             result.args, result.kwargs, task_id=result.id, using=self.database, **options
         )
         object.__setattr__(result, "enqueued_at", timezone.now())
@@ -146,6 +149,20 @@ class OutboxBackend(BaseTaskBackend):
     def check(self, **kwargs: Any) -> list[Any]:
         """System checks of this backend's configuration (:mod:`django_outbox.tasks.checks`)."""
         return checks.check_backend(self)
+
+    def _prepare(self, task: Task[..., Any]) -> tuple[OutboxTask, dict[str, Any]]:
+        """``task`` validated, its Celery task and its ``apply_async`` options."""
+        try:
+            return self._prepared[task]
+        except (KeyError, TypeError):  # TypeError: an option value that is not hashable
+            pass
+        self.validate_task(task)
+        app = self.celery_app
+        prepared = (self._celery_task(app, task), self._dispatch_options(task, app))
+        if task.run_after is None:
+            with suppress(TypeError):
+                self._prepared[task] = prepared
+        return prepared
 
     def _dispatch_options(self, task: Task[..., Any], app: Celery) -> dict[str, Any]:
         if self._low_first is None:

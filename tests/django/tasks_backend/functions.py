@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from django.tasks import TaskContext
+from django.tasks import task as django_task
 
 from django_outbox.tasks import task
 from tests.django.atomic_tasks import log
@@ -41,7 +42,7 @@ def atomic_record(key: str) -> str:
     return key
 
 
-@task
+@django_task  # Django's own decorator: the backend's task_class, OutboxTask defaults
 def slow(key: str, seconds: float) -> str:
     """Record the start, sleep ``seconds``, return ``"done"``."""
     log("run", "slow", "", key=key, at=time.time())
