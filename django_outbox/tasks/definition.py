@@ -18,17 +18,6 @@ from django.tasks.exceptions import InvalidTask
 
 from django_outbox.tasks.registry import register
 
-#: The ``OutboxTask`` attributes :func:`task` accepts (Celery's names and units).
-OUTBOX_OPTIONS = (
-    "max_retries",
-    "retry_backoff",
-    "retry_backoff_max",
-    "retry_max_elapsed",
-    "autoretry_for",
-    "dont_autoretry_for",
-    "atomic",
-)
-
 if TYPE_CHECKING:
     _TaskBase = Task[..., Any]
 else:  # django.tasks' Task is generic only in django-stubs
@@ -109,7 +98,12 @@ def task(
         "dont_autoretry_for": dont_autoretry_for,
         "atomic": atomic,
     }
-    options = tuple((name, value) for name, value in given.items() if value is not _UNSET)
+    # Lists of exceptions become tuples: the task stays hashable, and Celery wants tuples.
+    options = tuple(
+        (name, tuple(value) if isinstance(value, list) else value)
+        for name, value in given.items()
+        if value is not _UNSET
+    )
 
     def wrapper(func: Callable[..., Any]) -> DurableTask:
         task_class = task_backends[backend].task_class

@@ -52,6 +52,8 @@ STATUS_OF_STATE = {
     states.FAILURE: statuses.FAILED,
     states.REVOKED: statuses.FAILED,
 }
+#: The statuses with a ``finished_at``.
+_FINISHED = frozenset({statuses.SUCCESSFUL, statuses.FAILED})
 
 
 def read_result(backend: ReadingBackend, app: Celery, result_id: str) -> TaskResult[..., Any]:
@@ -107,7 +109,7 @@ def _from_meta(
         status,
         args=meta.get("args") or [],
         kwargs=meta.get("kwargs") or {},
-        finished_at=_when(meta.get("date_done")) if status.value in _FINISHED else None,
+        finished_at=_when(meta.get("date_done")) if status in _FINISHED else None,
         errors=errors,
         worker_ids=[str(worker)] * attempts if worker else [],
     )
@@ -136,9 +138,6 @@ def _from_outbox(backend: ReadingBackend, app: Celery, result_id: str) -> TaskRe
         kwargs=kwargs,
         enqueued_at=row.created_at,
     )
-
-
-_FINISHED = {statuses.SUCCESSFUL.value, statuses.FAILED.value}
 
 
 def _result(
