@@ -243,3 +243,25 @@ def test_the_pytest_plugin_sees_an_enqueue_and_drains_it(
     assert dispatch.using == "default"
     outbox.drain()  # runs the function here, in the test
     assert [run["key"] for run in events(tmp_path / "runs.jsonl")] == ["drained"]
+
+
+@pytest.mark.django_db(databases=["default", "other"])
+def test_enqueue_joins_the_transaction_of_the_backend_database(
+    tasks: ModuleType, settings: Any
+) -> None:
+    settings.TASKS = {
+        **settings.TASKS,
+        "default": {
+            **settings.TASKS["default"],
+            "OPTIONS": {**settings.TASKS["default"]["OPTIONS"], "DATABASE": "other"},
+        },
+    }
+    with rolled_back(using="other"):
+        rolled = tasks.record.enqueue("k")
+        assert OutboxMessage.objects.using("other").filter(task_id=rolled.id).exists()
+    with transaction.atomic(using="other"):
+        kept = tasks.record.enqueue("k")
+    other = OutboxMessage.objects.using("other")
+    assert not other.filter(task_id=rolled.id).exists()  # rolled back with "other"
+    assert other.filter(task_id=kept.id).exists()  # the test's transaction: never published
+    assert not OutboxMessage.objects.using("default").exists()

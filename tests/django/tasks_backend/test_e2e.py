@@ -212,3 +212,18 @@ def test_async_functions_context_attempts_and_atomic_tasks(run: Run, tasks: Modu
     assert [e["attempt"] for e in run.events("run") if e["id"] == flaky.id] == [1, 2]
     assert CompletedTask.objects.get(task_id=atomic.id).task_name.endswith("atomic_record")
     assert result_of(atomic.id).return_value == k
+
+
+def test_a_task_the_worker_never_imported_becomes_a_dead_letter(
+    run: Run, tasks: ModuleType
+) -> None:
+    from tests.django.tasks_backend.unimported import unknown_to_the_worker
+
+    with transaction.atomic():
+        result = unknown_to_the_worker.enqueue(key())
+    run.wait(lambda: DeadLetter.objects.filter(task_id=result.id).exists())
+    letter = DeadLetter.objects.get(task_id=result.id)
+    assert letter.task_name == "tests.django.tasks_backend.unimported.unknown_to_the_worker"
+    read = result_of(result.id)
+    assert read.status == TaskResultStatus.FAILED
+    assert read.errors[0].exception_class_path == letter.exception_type
