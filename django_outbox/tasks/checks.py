@@ -7,6 +7,8 @@ id                          problem
                             or the project never created one)
 ``django_outbox.E102``      a queue of ``QUEUES`` is not routed: Celery does not create
                             missing queues and ``task_queues`` does not declare it
+``django_outbox.E103``      ``OPTIONS["DATABASE"]`` is not a database, or not one the sweep
+                            covers (``DJANGO_OUTBOX_DATABASES``)
 ``django_outbox.W101``      ``get_result`` is unavailable (no result backend, or
                             ``result_extended`` off, or results ignored)
 ==========================  ==============================================================
@@ -19,9 +21,11 @@ from typing import Any, Protocol
 
 from celery import Celery
 from django.core.checks import CheckMessage, Error, Warning
+from django.db import connections
 from django.tasks import DEFAULT_TASK_QUEUE_NAME
 
 from celery_outbox.exceptions import OutboxConfigError
+from django_outbox.settings import settings
 
 
 class CheckedBackend(Protocol):
@@ -34,6 +38,10 @@ class CheckedBackend(Protocol):
     @property
     def queues(self) -> Collection[str]:
         """The queues tasks may name (``QUEUES``)."""
+
+    @property
+    def database(self) -> str:
+        """The database alias ``enqueue()`` writes to (``OPTIONS["DATABASE"]``)."""
 
     @property
     def celery_app(self) -> Celery:
@@ -56,6 +64,7 @@ def check_backend(backend: CheckedBackend) -> list[CheckMessage]:
         )
         for queue in sorted(unrouted_queues(backend, app))
     ]
+    problems.extend(_database_problems(backend))
     reason = results_unreadable(backend)
     if reason is not None:
         problems.append(
@@ -67,6 +76,28 @@ def check_backend(backend: CheckedBackend) -> list[CheckMessage]:
             )
         )
     return problems
+
+
+def _database_problems(backend: CheckedBackend) -> list[CheckMessage]:
+    if backend.database not in connections:
+        return [
+            Error(
+                f"Task backend {backend.alias!r}: OPTIONS['DATABASE']={backend.database!r} "
+                f"is not in DATABASES ({sorted(connections)}).",
+                id="django_outbox.E103",
+            )
+        ]
+    if backend.database not in settings.DATABASES:
+        return [
+            Error(
+                f"Task backend {backend.alias!r} writes its rows to {backend.database!r}, "
+                "which the sweep does not cover: a row whose publish after COMMIT failed "
+                "would never be published.",
+                hint=f"Add {backend.database!r} to DJANGO_OUTBOX_DATABASES.",
+                id="django_outbox.E103",
+            )
+        ]
+    return []
 
 
 def unrouted_queues(backend: CheckedBackend, app: Any) -> set[str]:

@@ -205,6 +205,7 @@ def test_checks_report_no_celery_app_an_unrouted_queue_and_unreadable_results(
     settings: Any,
 ) -> None:
     outbox = "django_outbox.tasks.OutboxBackend"
+    app_option = settings.TASKS["default"]["OPTIONS"]
     settings.TASKS = {
         **settings.TASKS,
         "lost": {"BACKEND": outbox, "OPTIONS": {"CELERY_APP": "nowhere_at_all:app"}},
@@ -213,10 +214,17 @@ def test_checks_report_no_celery_app_an_unrouted_queue_and_unreadable_results(
             "QUEUES": ["default", "declared", "undeclared"],
             "OPTIONS": {"CELERY_APP": "tests.django.tasks_backend.app:strict_app"},
         },
+        "swept": {**settings.TASKS["default"], "OPTIONS": {**app_option, "DATABASE": "other"}},
+        "unswept": {**settings.TASKS["default"], "OPTIONS": {**app_option, "DATABASE": "nope"}},
     }
     assert check_ids("default") == []
     assert check_ids("lost") == ["django_outbox.E101"]
     assert check_ids("plain") == ["django_outbox.W101"]
+    settings.DJANGO_OUTBOX_DATABASES = ["default", "other"]
+    assert "django_outbox.E103" not in check_ids("swept")
+    assert "django_outbox.E103" in check_ids("unswept")
+    settings.DJANGO_OUTBOX_DATABASES = ["default"]
+    assert "django_outbox.E103" in check_ids("swept")
     (unrouted, _) = task_backends["strict"].check()
     assert unrouted.id == "django_outbox.E102"
     assert "'undeclared'" in unrouted.msg
