@@ -21,6 +21,9 @@ of the relay's connections live in :mod:`celery_outbox.broker`.)
   ``connection._reraise_as_library_errors()``) and calling ``producer.publish(body, **kw)``.
 - :data:`REPLACED_TASK_NESTING`: the message header in which Celery counts how many times
   a task id was handed on by ``Task.replace()`` (0 for a first dispatch).
+- :func:`delivered_headers`: Celery's request (``Context``) holds each header of the
+  delivered message as an attribute (``opentelemetry-instrumentation-celery`` reads the
+  trace context there too); ``request.headers`` does not hold them.
 - :func:`successors` / :func:`forget_successors`: the request's ``callbacks`` and
   ``chain``, which Celery's tracer dispatches after the task returned.
 - :func:`install_canvas_hooks`: wraps ``chord.run`` (which calls
@@ -31,7 +34,7 @@ of the relay's connections live in :mod:`celery_outbox.broker`.)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -112,6 +115,12 @@ def capture_message(
         **options,
     )
     return producer.body, producer.kwargs, result
+
+
+def delivered_headers(request: Any, names: Iterable[str]) -> dict[str, str]:
+    """The text headers ``names`` of the message the running ``request`` delivered."""
+    found = {name: getattr(request, name, None) for name in names}
+    return {name: value for name, value in found.items() if isinstance(value, str)}
 
 
 def successors(request: Any) -> tuple[list[Any], list[Any]]:

@@ -23,7 +23,7 @@ from celery_outbox.clock import Clock, utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
 from celery_outbox.records import Claim, MessageStatus
-from celery_outbox.relay import Relay
+from celery_outbox.relay import PublishPath, Relay
 from celery_outbox.storage import OutboxStore
 
 logger = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class Sweeper:
         self.clock, self.budget = clock, budget
 
     # -- one pass -------------------------------------------------------------------
-    def sweep(self, using: str | None = None) -> SweepReport:
+    def sweep(self, using: str | None = None, *, path: PublishPath = "sweep") -> SweepReport:
         """Publish the due rows of database ``using``, batch after batch.
 
         Each batch holds at most ``outbox_sweep_batch_size`` rows and stops at the row
@@ -121,6 +121,7 @@ class Sweeper:
         however large the rows. Stops after a short batch (nothing more is due), when the
         time budget is spent, or when a batch published nothing because the broker is
         unreachable.
+        ``path`` names the entry point in each publish span (``relay`` from :meth:`run`).
 
         Raises
         ------
@@ -133,18 +134,24 @@ class Sweeper:
             claim = self._claim(using)
             if not claim.messages:
                 return report
-            batch = self._publish(claim, using)
+            batch = self._publish(claim, using, path)
             report += batch
             if not self._full(claim) or _broker_down(batch):
                 return report
             if self.clock() >= deadline:
                 return report + SweepReport(more=True)
 
-    def sweep_all(self, aliases: Sequence[str | None] | None = None) -> SweepReport:
+    def sweep_all(
+        self, aliases: Sequence[str | None] | None = None, *, path: PublishPath = "sweep"
+    ) -> SweepReport:
         """:meth:`sweep` each of ``aliases`` (default: ``store.sweep_aliases()``)."""
         report = SweepReport()
         for alias in self.store.sweep_aliases() if aliases is None else aliases:
-            report += self.sweep(alias) + self.purge_expired(alias) + self.purge_completed(alias)
+            report += (
+                self.sweep(alias, path=path)
+                + self.purge_expired(alias)
+                + self.purge_completed(alias)
+            )
         return report
 
     def purge_expired(self, using: str | None = None) -> SweepReport:
@@ -192,8 +199,8 @@ class Sweeper:
             return True
         return sum(len(m.payload) for m in claim.messages) >= config.sweep_batch_bytes
 
-    def _publish(self, claim: Claim, using: str | None) -> SweepReport:
-        outcome = self.relay.publish_claim(claim, using=using, validate=True)
+    def _publish(self, claim: Claim, using: str | None, path: PublishPath) -> SweepReport:
+        outcome = self.relay.publish_claim(claim, using=using, validate=True, path=path)
         return SweepReport(
             published=len(outcome.published),
             failed=len(outcome.gave_up),
@@ -230,7 +237,7 @@ class Sweeper:
         self, idle: float, errors: int, aliases: Sequence[str | None] | None
     ) -> tuple[float, int]:
         try:
-            report = self.sweep_all(aliases)
+            report = self.sweep_all(aliases, path="relay")
         except StoreError:
             logger.exception("celery-outbox: sweep failed; trying again")
             pause = min(max(idle, 0.1) * 2**errors, MAX_ERROR_BACKOFF.total_seconds())

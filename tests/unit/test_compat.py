@@ -218,3 +218,31 @@ def test_a_groups_root_id_option_becomes_every_members_root(app: Celery) -> None
         group(m.s(), chain(m.s(), m.s()), app=app), task_id="g1", root_id="g1"
     )
     assert [options["root_id"] for options in _Recording.sent] == ["g1", "g1"]
+
+
+def test_a_delivered_messages_headers_are_attributes_of_the_tasks_request(
+    app: Celery, queue_name: str
+) -> None:
+    # How a worker hands a message header to the running task: as an attribute of its
+    # request (not in request.headers); the Celery instrumentation reads the trace there too.
+    from celery.worker.request import Request
+    from kombu import Connection, Queue
+
+    app.conf.task_default_queue = queue_name
+    seen: list[dict[str, str]] = []
+
+    @app.task(name="compat.headers", shared=False, bind=True)
+    def headers(self: Task[Any, Any]) -> None:
+        seen.append(_compat.delivered_headers(self.request, ["traceparent", "absent", "id"]))
+
+    body, publish, _ = _compat.capture_message(
+        headers, (), {}, task_id="h1", options={"headers": {"traceparent": "00-abc-def-01"}}
+    )
+    with Connection("memory://") as conn:
+        producer = app.amqp.Producer(conn)
+        producer.publish(body, **{**publish, "retry": False})
+        message = Queue(queue_name)(conn.default_channel).get(no_ack=True)
+        assert message is not None
+        Request(message, app=app, task=headers).execute()
+
+    assert seen == [{"traceparent": "00-abc-def-01", "id": "h1"}]
