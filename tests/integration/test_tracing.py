@@ -60,10 +60,13 @@ class World:
     def dispatch(self, name: str, n: int) -> tuple[str, str]:
         """Dispatch ``name(n)`` in a committed transaction inside a ``request`` span;
         ``(task id, the request's trace id)``."""
-        with tracer.start_as_current_span("request") as request:
-            with Session(self.engine) as session, self.store.bind_session(session):
-                task_id = str(self.app.tasks[name].delay(n).id)
-                session.commit()
+        with (
+            tracer.start_as_current_span("request") as request,
+            Session(self.engine) as session,
+            self.store.bind_session(session),
+        ):
+            task_id = str(self.app.tasks[name].delay(n).id)
+            session.commit()
         return task_id, hex_trace(request)
 
     def runs(self, task_id: str) -> list[dict[str, Any]]:
@@ -233,10 +236,13 @@ def test_a_requeued_dead_letter_runs_in_the_trace_of_the_request_not_the_requeue
     letter_id = world.letter_of(task_id)
     assert letter_id is not None
 
-    with tracer.start_as_current_span("admin request") as admin:
-        with Session(world.engine) as session, world.store.bind_session(session):
-            new_id = requeue(world.app, letter_id, by="ops")
-            session.commit()
+    with (
+        tracer.start_as_current_span("admin request") as admin,
+        Session(world.engine) as session,
+        world.store.bind_session(session),
+    ):
+        new_id = requeue(world.app, letter_id, by="ops")
+        session.commit()
 
     assert new_id != task_id
     assert hex_trace(admin) != trace_id
