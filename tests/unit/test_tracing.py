@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -23,12 +24,14 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from celery_outbox import OutboxTask, tracing
+from celery_outbox.config import OutboxConfig
 from celery_outbox.dead_letters import TRACE_OPTION, build_dead_letter, requeue
 from celery_outbox.envelope import build_message
 from celery_outbox.producers import Producers
 from celery_outbox.records import NewMessage, StoredMessage
-from celery_outbox.registry import install_store
+from celery_outbox.registry import install_store, relay_for
 from celery_outbox.state import reset
+from celery_outbox.sweeper import Sweeper
 from celery_outbox.testing import InMemoryOutboxStore
 from tests.spans import memory_exporter
 from tests.worker import REPO_ROOT
@@ -58,14 +61,14 @@ def app(queue_name: str, store: InMemoryOutboxStore) -> Iterator[Celery]:
     app.close()
 
 
-def dispatched(app: Celery, **options: Any) -> NewMessage:
+def dispatched(app: Celery, now: datetime = NOW, **options: Any) -> NewMessage:
     return build_message(
         app.tasks[TASK],
         (1,),
         {},
         task_id="t-1",
         options=options,
-        now=NOW,
+        now=now,
         park_after=timedelta(seconds=30),
         max_bytes=None,
     )
@@ -186,6 +189,38 @@ def test_a_publish_that_raises_ends_its_span_with_the_error(app: Celery) -> None
 
     publish = spans.get_finished_spans()[-1]
     assert (publish.name, publish.status.status_code) == (tracing.PUBLISH_SPAN, StatusCode.ERROR)
+
+
+@pytest.mark.parametrize("entry", ["commit", "now", "sweep", "relay"])
+def test_each_entry_point_names_itself_in_the_publish_span(
+    app: Celery, store: InMemoryOutboxStore, queue_name: str, entry: str
+) -> None:
+    app.conf.outbox_publish_grace = 0.0  # the sweep takes the fresh row at once
+    spans = memory_exporter()
+    with tracer.start_as_current_span("request"):
+        row_id = store.add(dispatched(app, datetime.now(timezone.utc)))  # not yet published
+    assert row_id is not None
+    relay = relay_for(app)
+    row = store.rows[row_id]
+    config = OutboxConfig.from_celery(app)
+    sweeper = Sweeper(app=app, store=store, relay=relay, config=config)
+    stop = threading.Event()
+    try:
+        if entry == "commit":
+            relay.publish_committed([row])
+        elif entry == "now":
+            relay.publish_ids([row_id])
+        elif entry == "sweep":
+            sweeper.sweep()
+        else:
+            threading.Timer(0.5, stop.set).start()
+            sweeper.run(stop, 0.05)
+    finally:
+        relay.close()
+
+    (publish,) = [s for s in spans.get_finished_spans() if s.name == tracing.PUBLISH_SPAN]
+    assert (publish.attributes or {})[tracing.PATH_ATTRIBUTE] == entry
+    assert len(queued_headers(queue_name)) == 1
 
 
 # -- attached (requeue) -----------------------------------------------------------------
