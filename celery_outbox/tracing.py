@@ -33,7 +33,7 @@ else:
 
 #: Name of the span around the publish of one row (or of one retry from a worker).
 PUBLISH_SPAN = "celery_outbox.publish"
-#: Span attribute: the path that published the message (:class:`~celery_outbox.relay.PublishPath`).
+#: Span attribute: the path that published the message (:data:`~celery_outbox.relay.PublishPath`).
 PATH_ATTRIBUTE = "celery_outbox.path"
 #: Span attribute: seconds from the row's due time (its dispatch, or the ETA of a parked
 #: row) to this publish.
