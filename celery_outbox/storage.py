@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from celery_outbox.completions import CompletionStore
+from celery_outbox.monitoring import MonitoredStore
 from celery_outbox.records import (
     Claim,
     MessageStatus,
@@ -63,14 +64,15 @@ def publisher_key(publish: PublishCallback) -> Hashable:
     return publish
 
 
-class OutboxStore(CompletionStore, WorkflowStore, abc.ABC):
+class OutboxStore(CompletionStore, WorkflowStore, MonitoredStore, abc.ABC):
     """Where outbox rows and dead letters live.
 
     Every method taking ``using`` accepts a database alias (Django) or ``None`` for the
     store's default; stores with a single database ignore it. Datetimes are aware UTC.
     Driver errors are raised as :class:`~celery_outbox.exceptions.StoreError` with the
     cause chained. Atomic tasks: :class:`~celery_outbox.completions.CompletionStore`;
-    workflows and chord joins: :class:`~celery_outbox.workflows.WorkflowStore`.
+    workflows and chord joins: :class:`~celery_outbox.workflows.WorkflowStore`; the
+    backlog and the sweep record: :class:`~celery_outbox.monitoring.MonitoredStore`.
     """
 
     # -- dispatch ---------------------------------------------------------------
