@@ -66,7 +66,8 @@ def test_a_row_whose_publish_failed_waits_from_its_creation(harness: Harness) ->
     backlog = harness.store.backlog()
 
     assert (backlog.due, backlog.parked) == (1, 0)
-    assert backlog.oldest_due_age is not None and backlog.oldest_due_age < SLACK
+    assert backlog.oldest_due_age is not None
+    assert backlog.oldest_due_age < SLACK
 
 
 def test_rows_due_later_are_parked_and_age_nothing(harness: Harness) -> None:
@@ -98,7 +99,8 @@ def test_a_record_younger_than_the_interval_is_not_written_again(harness: Harnes
     assert [harness.store.record_sweep(every=HOUR) for _ in range(5)] == [False] * 5
 
     last = harness.store.last_sweep()
-    assert first is not None and last is not None
+    assert first is not None
+    assert last is not None
     assert last.at == first.at
     assert last.age >= first.age
 
@@ -111,7 +113,8 @@ def test_a_record_older_than_the_interval_is_written_again(harness: Harness) -> 
     assert harness.store.record_sweep(every=timedelta(microseconds=1)) is True
 
     last = harness.store.last_sweep()
-    assert first is not None and last is not None
+    assert first is not None
+    assert last is not None
     assert last.at > first.at
 
 
@@ -171,4 +174,6 @@ def test_concurrent_sweepers_renewing_an_old_record_never_fail(harness: Harness)
 
     last = harness.store.last_sweep()
     assert errors == []
-    assert first is not None and last is not None and last.at > first.at
+    assert first is not None
+    assert last is not None
+    assert last.at > first.at
