@@ -118,8 +118,8 @@ def database_reasons(
         reasons = _pending_reasons(backlog, limits)
         if store.keeps_sweeps():
             reasons += _sweep_reasons(store.last_sweep(using=using), limits)
-    except StoreError as exc:
-        return [f"cannot read the outbox: {exc}"]
+    except StoreError as exc:  # one line, whatever the driver's message spans
+        return ["cannot read the outbox: " + " ".join(str(exc).split())]
     if limits.fail_on_failed and backlog.failed:
         reasons.append(
             f"{backlog.failed} failed outbox row(s): publishing gave up (read last_error, "
