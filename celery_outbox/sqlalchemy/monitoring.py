@@ -53,9 +53,9 @@ class SQLAlchemyMonitoring(OutboxStore):
         table = self.tables.outbox
         with store_errors("read the outbox backlog"), self.engine.connect() as conn:
             now_expr = self._now(conn)
-            parked = _count(table, table.c.status == PENDING, table.c.available_at > now_expr)
-            failed = _count(table, table.c.status == FAILED)
-            now, parked, failed = conn.execute(select(now_expr, parked, failed)).one()
+            later = _count(table, table.c.status == PENDING, table.c.available_at > now_expr)
+            gave_up = _count(table, table.c.status == FAILED)
+            now, parked, failed = conn.execute(select(now_expr, later, gave_up)).one()
             due, since = conn.execute(_due_query(table), {"now": now}).one()
         return Backlog(
             due=int(due),
