@@ -71,6 +71,10 @@ class MemoryTransactions:
         else:
             callback()
 
+    def awaits(self, callback: Callable[[], None]) -> bool:
+        """Whether ``callback`` waits in one of this thread's open frames."""
+        return any(callback in frame.callbacks for frame in self._stack)
+
     def defer_publish(self, message: StoredMessage, publish: PublishCallback) -> None:
         """Add ``message`` to ``publish``'s batch of the outermost transaction."""
         if not self._stack:

@@ -20,3 +20,13 @@ dead_letter_requeued = Signal(
 task_duplicate_skipped = Signal(
     name="outbox_task_duplicate_skipped", providing_args=["task_id", "completed_at"]
 )
+#: Sent when an ``OutboxTask`` was dispatched (``delay``/``apply_async``), in the caller's
+#: transaction: ``sender`` is the task; ``task_id``, ``args``, ``kwargs``, ``options`` (the
+#: ``apply_async`` options given), ``using`` (the alias given), ``message`` (the row's
+#: ``NewMessage``; ``None`` under ``task_always_eager``, which writes no row) and ``row_id``
+#: (``None`` when no row was written: eager, or the task id was already pending).
+#: The pytest plugin records dispatches with it (:mod:`celery_outbox.recorder`).
+task_dispatched = Signal(
+    name="outbox_task_dispatched",
+    providing_args=["task_id", "args", "kwargs", "options", "using", "message", "row_id"],
+)

@@ -104,6 +104,12 @@ class OutboxStore(CompletionStore, WorkflowStore, MonitoredStore, abc.ABC):
         Outside a transaction ``callback`` runs before this returns.
         """
 
+    def awaits_commit(self, callback: Callable[[], None], *, using: str | None = None) -> bool:
+        """Whether ``callback``, given to :meth:`on_commit`, still waits for the commit of
+        an open transaction (no rollback dropped it). For the pytest plugin, whose
+        ``django_db`` tests never commit; ``False`` from stores that cannot tell."""
+        return False
+
     @abc.abstractmethod
     def defer_publish(
         self, message: StoredMessage, publish: PublishCallback, *, using: str | None = None

@@ -20,6 +20,7 @@ from celery_outbox.envelope import build_call
 from celery_outbox.exceptions import AtomicUnsupported, OutboxConfigError, RetriesExhausted
 from celery_outbox.records import StoredMessage
 from celery_outbox.registry import relay_for, store_for
+from celery_outbox.signals import task_dispatched
 from celery_outbox.superseding import superseding
 from celery_outbox.worker import atomic as atomic_runs
 from celery_outbox.worker import runner, unknown
@@ -184,12 +185,15 @@ class OutboxTask(_TaskBase):
         using = atomic_runs.dispatch_alias(using)
         atomic_runs.check_atomic(self, using)
         task_id = task_id or uuid()
-        options = dict(options, link=link, link_error=link_error, shadow=shadow)
+        given = dict(options, link=link, link_error=link_error, shadow=shadow)
+        options = dict(given)
         if using is not None:  # an atomic task runs in the database it was dispatched with
             options["headers"] = {**(options.get("headers") or {}), USING_HEADER: using}
         workflow_dispatch.mark_join(options)
         if app.conf.task_always_eager:
-            return apply_on_commit(self, args, kwargs, task_id, options, using, config)
+            eager = apply_on_commit(self, args, kwargs, task_id, options, using, config)
+            _announce(self, task_id, args, kwargs, given, using=using, message=None, row_id=None)
+            return eager
         now = utcnow()
         call = build_call(
             self,
@@ -208,6 +212,7 @@ class OutboxTask(_TaskBase):
             message, running_task_id=None if running is None else running.task_id
         )
         row_id = store.add(message, using=using, supersedes=supersedes)
+        _announce(self, task_id, args, kwargs, given, using=using, message=message, row_id=row_id)
         if row_id is not None:
             workflow_dispatch.count_dispatch(
                 self, task_id, options, store=store, using=using, is_step_task=_is_outbox_task
@@ -225,6 +230,19 @@ class OutboxTask(_TaskBase):
     def apply_async_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult[Any]:
         """Same as :meth:`apply_async`, durable (Celery's ``DjangoTask`` API)."""
         return self.apply_async(*args, **kwargs)
+
+
+def _announce(
+    task: OutboxTask, task_id: str, args: Any, kwargs: Any, options: Any, **row: Any
+) -> None:
+    """Send :data:`~celery_outbox.signals.task_dispatched` (``row``: ``using``, ``message``,
+    ``row_id``); free while nobody listens."""
+    if task_dispatched.receivers:
+        given = {k: v for k, v in options.items() if v is not None}
+        kwargs = dict(kwargs or {})
+        task_dispatched.send(
+            task, task_id=task_id, args=tuple(args or ()), kwargs=kwargs, options=given, **row
+        )
 
 
 def _is_outbox_task(task: Task[Any, Any] | None) -> bool:

@@ -73,6 +73,9 @@ class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters, MemoryWorkflows,
     def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
         self._transactions.on_commit(callback)
 
+    def awaits_commit(self, callback: Callable[[], None], *, using: str | None = None) -> bool:
+        return self._transactions.awaits(callback)
+
     def defer_publish(
         self, message: StoredMessage, publish: PublishCallback, *, using: str | None = None
     ) -> None:

@@ -44,3 +44,13 @@ def purge_queue(broker_url: str, name: str) -> int:
         queue = celery_queue(name)(conn.default_channel)
         queue.declare()
         return int(queue.purge() or 0)
+
+
+def take_task_ids(broker_url: str, name: str) -> list[str]:
+    """Consume every message waiting in queue ``name``; their task ids, in order."""
+    with Connection(broker_url, connect_timeout=PROBE_TIMEOUT) as conn:
+        queue = celery_queue(name)(conn.default_channel)
+        ids = []
+        while (message := queue.get(no_ack=True)) is not None:
+            ids.append(message.headers["id"])
+        return ids

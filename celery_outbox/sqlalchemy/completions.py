@@ -4,7 +4,8 @@
 inserts the task's row first (PostgreSQL and SQLite ``ON CONFLICT DO NOTHING``;
 MySQL/MariaDB an ``INSERT`` in a savepoint, whose duplicate-key error is the answer),
 binds the session to the store for the block (dispatches join it) and to
-:func:`atomic_session` (the body writes through it), then writes the result and commits.
+:func:`atomic_session` (the body writes through it), then writes the result (with the
+workflow count: :mod:`~celery_outbox.sqlalchemy.last_writes`) and commits.
 A concurrent duplicate's insert waits on the unique key until the first run ends.
 """
 
@@ -27,7 +28,6 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    update,
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 from celery_outbox.completions import Completion
 from celery_outbox.exceptions import StoreError
 from celery_outbox.records import StoredCompletion
+from celery_outbox.sqlalchemy import last_writes
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
 from celery_outbox.sqlalchemy.tables import OutboxTables
 from celery_outbox.storage import OutboxStore
@@ -101,12 +102,20 @@ class SQLAlchemyCompletions(OutboxStore):
                 return
             token = _session.set(session)
             try:
-                with self.bind_session(session):
+                with (
+                    self.bind_session(session),
+                    last_writes.holding(session, conn.dialect.name) as held,
+                ):
                     yield completion
                 with store_errors("complete an atomic task"):
-                    if completion.result is not None:
-                        values = {"key": task_id, "result": completion.result}
-                        conn.execute(_set_result(table), values)
+                    last_writes.write_last(
+                        conn,
+                        completed=table,
+                        workflow=self.tables.workflow,
+                        held=held,
+                        task_id=task_id,
+                        result=completion.result,
+                    )
                     session.commit()
             except BaseException:
                 session.rollback()
@@ -159,13 +168,6 @@ def _insert_or_nothing(table: Table, dialect: str) -> Executable:
     make = postgresql.insert if dialect == "postgresql" else sqlite.insert
     stmt = make(table).values({name: bindparam(name) for name in _KEY_COLUMNS})
     return stmt.on_conflict_do_nothing(index_elements=[table.c.task_id]).returning(table.c.id)
-
-
-@functools.lru_cache(maxsize=32)
-def _set_result(table: Table) -> Executable:
-    """``UPDATE ... SET result = :result WHERE task_id = :key``, built once per table."""
-    key = table.c.task_id == bindparam("key")
-    return update(table).where(key).values(result=bindparam("result"))
 
 
 #: The columns of a new row (``result`` is written at the end, when there is one).

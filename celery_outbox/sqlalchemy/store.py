@@ -144,6 +144,10 @@ class SQLAlchemyOutboxStore(
         else:
             transactions.on_commit(session, callback)
 
+    def awaits_commit(self, callback: Callable[[], None], *, using: str | None = None) -> bool:
+        session = self._in_transaction()
+        return session is not None and transactions.awaits(session, callback)
+
     def defer_publish(
         self, message: StoredMessage, publish: PublishCallback, *, using: str | None = None
     ) -> None:

@@ -16,8 +16,8 @@ have taken some of them along): :func:`watch_savepoints` counts those rollbacks 
 engine's connections, session and Core savepoints alike. While that commit's callbacks
 run, :func:`committed_rows` names the rows known that way, and the store skips reading
 them back (:meth:`~celery_outbox.sqlalchemy.SQLAlchemyOutboxStore.still_leased`). A
-savepoint rolled back with a hand-written ``ROLLBACK TO SAVEPOINT`` is not seen, as
-Django's ``on_commit`` does not see one.
+hand-written ``ROLLBACK`` statement executed through SQLAlchemy counts too; one sent on
+the raw DBAPI cursor is not seen.
 """
 
 from __future__ import annotations
@@ -61,13 +61,20 @@ class _SessionCallbacks:
 
 def watch_savepoints(engine: Engine) -> None:
     """Count the savepoints rolled back on ``engine``'s connections (once per engine),
-    so that rows deferred on them can be known committed without reading them back."""
+    so that rows deferred on them can be known committed without reading them back:
+    through SQLAlchemy, and a ``ROLLBACK`` statement written by hand."""
     if not event.contains(engine, "rollback_savepoint", _count_rollback):
         event.listen(engine, "rollback_savepoint", _count_rollback)
+        event.listen(engine, "before_cursor_execute", _count_rollback_statement)
 
 
 def _count_rollback(conn: Connection, name: str, context: object) -> None:
     conn.info[_ROLLBACKS_KEY] = conn.info.get(_ROLLBACKS_KEY, 0) + 1
+
+
+def _count_rollback_statement(conn: Connection, cursor: object, statement: str, *_: object) -> None:
+    if statement[:16].lstrip()[:8].upper() == "ROLLBACK":
+        _count_rollback(conn, "", None)
 
 
 def committed_rows() -> frozenset[int]:
@@ -90,6 +97,12 @@ def on_commit(session: Session, callback: Callback, *, root: bool = False) -> No
     """
     transaction = _root(session) if root else _innermost(session)
     _callbacks(session).pending.setdefault(transaction, []).append(callback)
+
+
+def awaits(session: Session, callback: Callback) -> bool:
+    """Whether ``callback`` waits for a commit of ``session``'s open transaction."""
+    state: _SessionCallbacks | None = session.info.get(_INFO_KEY)
+    return state is not None and any(callback in cbs for cbs in state.pending.values())
 
 
 def defer_publish(

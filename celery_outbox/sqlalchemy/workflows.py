@@ -25,19 +25,18 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
-    case,
     delete,
     func,
-    literal,
     select,
     update,
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.orm import Session
 
 from celery_outbox.join_parts import empty_parts, part_results, with_part
+from celery_outbox.sqlalchemy import last_writes
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
 from celery_outbox.sqlalchemy.tables import OutboxTables
-from celery_outbox.sqlalchemy.types import UTCDateTime
 from celery_outbox.storage import OutboxStore
 from celery_outbox.workflows import WORKFLOW_STATUSES, JoinProgress, StoredWorkflow, WorkflowStatus
 
@@ -51,6 +50,8 @@ class SQLAlchemyWorkflows(OutboxStore):
     tables: OutboxTables
     #: The caller's transaction (``SQLAlchemyOutboxStore._caller_transaction``).
     _caller_transaction: Callable[[], AbstractContextManager[Connection]]
+    #: The caller's session in a transaction, or ``None``.
+    _in_transaction: Callable[[], Session | None]
 
     def keeps_workflows(self) -> bool:
         """``True``: the tables hold workflows and chord joins."""
@@ -66,8 +67,10 @@ class SQLAlchemyWorkflows(OutboxStore):
 
     def workflow_step_done(self, root_id: str, *, now: datetime, using: str | None = None) -> None:
         require_aware(now=now)
+        if last_writes.hold_step_count(self._in_transaction(), root_id, now):
+            return  # written with the atomic run's result, in its transaction
         with store_errors("count a workflow step done"), self._caller_transaction() as conn:
-            conn.execute(_step_done(self.tables.workflow), {"key": root_id, "now": now})
+            conn.execute(last_writes.step_done(self.tables.workflow), {"root": root_id, "now": now})
 
     def workflow_failed(
         self, root_id: str, task_id: str, *, now: datetime, using: str | None = None
@@ -182,28 +185,6 @@ def _add_steps(table: Table, dialect: str) -> Executable:
         return stmt.on_conflict_do_update(index_elements=[table.c.root_id], set_=added)
     upsert = mysql.insert(table).values(row)
     return upsert.on_duplicate_key_update(steps_total=total + upsert.inserted.steps_total)
-
-
-@functools.lru_cache(maxsize=32)
-def _step_done(table: Table) -> Executable:
-    """One more step done, never past the total; reaching it, a running workflow succeeds."""
-    c = table.c
-    reaching = and_(c.status == "running", c.steps_done + 1 >= c.steps_total)
-    now = bindparam("now", type_=UTCDateTime())
-    # MySQL assigns left to right, each seeing the columns set before it: steps_done last,
-    # and finished_at before status, so every CASE reads the row as it was.
-    return (
-        update(table)
-        .where(c.root_id == bindparam("key"))
-        .ordered_values(
-            (c.finished_at, case((reaching, now), else_=c.finished_at)),
-            (c.status, case((reaching, literal("succeeded")), else_=c.status)),
-            (
-                c.steps_done,
-                case((c.steps_done < c.steps_total, c.steps_done + 1), else_=c.steps_done),
-            ),
-        )
-    )
 
 
 @functools.lru_cache(maxsize=32)

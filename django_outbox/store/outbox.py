@@ -26,6 +26,7 @@ from celery_outbox.records import (
     StoredMessage,
 )
 from celery_outbox.storage import PublishCallback, Supersedes
+from django_outbox._compat import on_commit_callbacks
 from django_outbox.settings import settings
 from django_outbox.store import batches, letters
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
@@ -61,6 +62,14 @@ class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring):
     def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
         """``transaction.on_commit``: savepoint-aware; at once outside an atomic block."""
         transaction.on_commit(callback, using=alias_of(using))
+
+    def awaits_commit(self, callback: Callable[[], None], *, using: str | None = None) -> bool:
+        """Whether ``callback`` is still among the on-commit callbacks of ``using``'s open
+        atomic block (under pytest-django's ``django_db``: the test's transaction)."""
+        connection = transaction.get_connection(alias_of(using))
+        return connection.in_atomic_block and any(
+            registered is callback for registered in on_commit_callbacks(connection)
+        )
 
     def defer_publish(
         self, message: StoredMessage, publish: PublishCallback, *, using: str | None = None

@@ -126,6 +126,26 @@ def test_on_commit_outside_a_transaction_runs_at_once(harness: Harness) -> None:
     assert calls.calls == [("now",)]
 
 
+def test_awaits_commit_tells_a_waiting_callback_from_a_dropped_or_finished_one(
+    harness: Harness,
+) -> None:
+    def kept() -> None: ...
+    def released() -> None: ...
+    def dropped() -> None: ...
+
+    with harness.transaction():
+        harness.store.on_commit(kept)
+        with harness.savepoint():
+            harness.store.on_commit(released)
+        with rolled_back(harness.savepoint):
+            harness.store.on_commit(dropped)
+            assert harness.store.awaits_commit(dropped)
+        waiting = [harness.store.awaits_commit(c) for c in (kept, released, dropped)]
+
+    assert waiting == [True, True, False]
+    assert not harness.store.awaits_commit(kept)  # it ran
+
+
 def test_defer_publish_calls_once_per_transaction_with_every_row(harness: Harness) -> None:
     publish = Calls()
     with harness.transaction():

@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("sqlalchemy")
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session
 
 from celery_outbox.records import NewMessage, StoredMessage
@@ -130,6 +130,22 @@ def test_a_core_savepoint_rolled_back_on_the_sessions_connection_is_seen_too(
         savepoint = session.connection().begin_nested()
         dispatch(store, publish)
         savepoint.rollback()
+        return kept
+
+    publish, kept = committed(publish, body)
+
+    assert publish.held == [set(kept)]
+    assert publish.reads == 1
+
+
+def test_a_savepoint_rolled_back_by_hand_written_sql_is_seen_too(
+    store: SQLAlchemyOutboxStore, publish: Publisher
+) -> None:
+    def body(session: Session, publish: Publisher) -> list[int]:
+        kept = [dispatch(store, publish)]
+        session.execute(text("SAVEPOINT by_hand"))
+        dispatch(store, publish)
+        session.execute(text("  rollback TO SAVEPOINT by_hand"))
         return kept
 
     publish, kept = committed(publish, body)

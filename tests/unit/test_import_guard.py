@@ -13,7 +13,9 @@ from tests.worker import REPO_ROOT
 
 WITHOUT_DJANGO = (
     "import sys; sys.modules['django'] = None; sys.modules['sqlalchemy'] = None; "
-    "import celery_outbox"
+    "import celery_outbox; "
+    # the pytest plugin loads in every pytest run of a project with celery-outbox installed
+    "import celery_outbox.pytest_plugin, celery_outbox.recorder"
 )
 
 

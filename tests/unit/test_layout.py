@@ -35,6 +35,7 @@ NO_UNIT_MODULE: dict[str, str] = {
     "sqlalchemy/boundary.py": "driver errors of the SQLAlchemy store: tests/contract",
     "sqlalchemy/claims.py": "tests/contract/test_claims.py, test_claim_budget.py",
     "sqlalchemy/inserts.py": "tests/contract/test_dispatch.py, test_superseding.py",
+    "sqlalchemy/last_writes.py": "tests/contract/test_sqlalchemy_last_writes.py",
     "sqlalchemy/letters.py": "tests/contract/test_dead_letters.py",
     "sqlalchemy/statements.py": "tests/contract (every statement, every dialect)",
     "sqlalchemy/store.py": "tests/contract/test_sqlalchemy_store.py and the contract",

@@ -1,0 +1,112 @@
+"""Tests hold the outbox's rows, then drain them: run each task in the test process, or
+publish the rows to the app's real broker.
+
+While :func:`publishing_held` is active the app's on-commit publisher publishes nothing,
+so every row a test dispatched stays ``pending`` in the store, as it would if the broker
+were down, until the test drains it. Draining takes rows by id: the rows a rollback
+dropped do not exist, so only what the test's transactions kept is run or published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from celery import Celery
+
+from celery_outbox.clock import utcnow
+from celery_outbox.config import OutboxConfig
+from celery_outbox.dispatches import Dispatch
+from celery_outbox.envelope import decode_body
+from celery_outbox.records import Claim, StoredMessage
+from celery_outbox.registry import relay_for, store_for
+from celery_outbox.relay import PublishReport, Relay
+from celery_outbox.state import state_of
+
+#: How long a drain holds the rows it claimed (it releases them at once when done).
+DRAIN_LEASE = timedelta(minutes=5)
+
+
+class HeldRelay(Relay):
+    """A relay whose on-commit publisher publishes nothing (rows stay pending); the
+    other entry points (a drain's :meth:`publish_claim`) reach the broker as usual."""
+
+    def publish_committed(
+        self, messages: Sequence[StoredMessage], *, using: str | None = None
+    ) -> PublishReport:
+        """Leave the committed rows pending, for the test to drain."""
+        return PublishReport()
+
+
+@contextmanager
+def publishing_held(app: Celery) -> Iterator[HeldRelay]:
+    """Within this block, ``app``'s dispatches write rows that are not published on
+    commit; the relay ``app`` had before is restored afterwards."""
+    state = state_of(app)
+    previous = state.relay
+    held = HeldRelay(app, store=store_for(app), config=OutboxConfig.from_celery(app))
+    state.relay = held
+    try:
+        yield held
+    finally:
+        if state_of(app).relay is held:
+            state_of(app).relay = previous
+        held.close()
+
+
+def claim_rows(app: Celery, ids: Sequence[int], *, using: str | None) -> Claim:
+    """Claim the existing pending rows of ``ids``, due or not (ETA and parked rows are
+    made due now), in the order they were written."""
+    store, now = store_for(app), utcnow()
+    store.reset(ids, now=now, using=using)
+    claim = store.claim(ids, now=now, lease_until=now + DRAIN_LEASE, using=using)
+    ordered = tuple(sorted(claim.messages, key=lambda m: m.id))
+    return Claim(messages=ordered, lease_until=claim.lease_until)
+
+
+def run_claimed(app: Celery, claim: Claim, message: StoredMessage, *, using: str | None) -> Any:
+    """Remove ``message``'s row as a publish would, then run its task in this process
+    (eagerly, as under ``task_always_eager``); the task's exception propagates.
+
+    Raises
+    ------
+    LookupError
+        When ``app`` has no task of that name (its module was never imported).
+    """
+    task = app.tasks.get(message.task_name)
+    if task is None:
+        raise LookupError(
+            f"drain() cannot run {message.task_name!r} (task id {message.task_id}): app "
+            f"{app.main!r} has no task of that name. Import the module that defines it."
+        )
+    store = store_for(app)
+    keep = OutboxConfig.from_celery(app).keep_published > timedelta(0)
+    store.mark_published(claim, [message.id], now=utcnow(), keep=keep, using=using)
+    args, kwargs, _embed = decode_body(
+        message.payload, message.options, accept=app.conf.accept_content, max_bytes=None
+    )
+    return task.apply(args, kwargs, task_id=message.task_id, throw=True).get()
+
+
+def publish_claimed(app: Celery, claim: Claim, *, using: str | None) -> PublishReport:
+    """Publish the claimed rows to ``app``'s broker, as the sweeper would (validated)."""
+    return relay_for(app).publish_claim(claim, using=using, validate=True)
+
+
+def missing_rows_message(missing: Sequence[Dispatch]) -> str:
+    """Why ``drain()`` failed: kept dispatches whose row is not in the outbox."""
+    lines = "\n  - ".join(d.describe() for d in missing)
+    return (
+        f"drain() found no pending outbox row for {len(missing)} kept dispatch(es):\n  - {lines}\n"
+        "Likely causes: a sweeper, relay or worker published or deleted the row during the "
+        "test; or the row is in a transaction the store's connection cannot see (the "
+        "SQLAlchemy store claims through its engine: commit the session before draining)."
+    )
+
+
+def publish_failed_message(failed: Mapping[int, str], by_row: Mapping[Any, Dispatch]) -> str:
+    """Why ``drain(publish=True)`` failed: each row's dispatch and publish error."""
+    lines = "\n  - ".join(f"{by_row[i].describe()}: {error}" for i, error in failed.items())
+    return f"drain(publish=True) could not publish {len(failed)} row(s) to the broker:\n  - {lines}"
