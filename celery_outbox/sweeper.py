@@ -7,6 +7,11 @@ batch through the relay's one broker connection, and lets the relay mark or resc
 the batch in one statement. Claims make concurrent sweeps safe by construction: two
 sweepers never hold the same row, and one whose lease ran out cannot mark the rows
 another sweeper took over (fencing).
+
+A sweep also records that it ran (:meth:`~celery_outbox.monitoring.MonitoredStore.record_sweep`,
+read by the health check): a sweeper asks the store at most twice per
+``outbox_sweep_interval`` and the store writes at most once per interval, however often
+the relay loop sweeps and however many sweepers run.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from celery import Celery
 
@@ -111,6 +116,7 @@ class Sweeper:
     ) -> None:
         self.app, self.store, self.relay, self.config = app, store, relay, config
         self.clock, self.budget = clock, budget
+        self._noted: dict[str | None, datetime] = {}
 
     # -- one pass -------------------------------------------------------------------
     def sweep(self, using: str | None = None, *, path: PublishPath = "sweep") -> SweepReport:
@@ -131,6 +137,7 @@ class Sweeper:
         deadline = self.clock() + self.budget
         report = SweepReport()
         while True:
+            self._note_sweep(using)
             claim = self._claim(using)
             if not claim.messages:
                 return report
@@ -180,6 +187,25 @@ class Sweeper:
         purged = self.store.purge_completed(older_than=older_than, limit=limit, using=using)
         purged += self.store.purge_joins(older_than=older_than, limit=limit, using=using)
         return SweepReport(purged_completed=purged)
+
+    def _note_sweep(self, using: str | None) -> None:
+        """Record that the sweep of ``using`` runs: the store is asked at most every half
+        interval (a read; it writes when its record is an interval old), so a long sweep
+        keeps its record fresh too. A store that cannot record it is logged, and the
+        sweep goes on: publishing matters more than the health check's record."""
+        now, every = self.clock(), self.config.sweep_interval
+        noted = self._noted.get(using)
+        if noted is not None and now - noted < every / 2:
+            return
+        self._noted[using] = now
+        try:
+            self.store.record_sweep(every=every, using=using)
+        except StoreError:
+            logger.warning(
+                "celery-outbox: could not record the sweep of %s; sweeping on",
+                using or "the default database",
+                exc_info=True,
+            )
 
     def _claim(self, using: str | None) -> Claim:
         now = self.clock()
