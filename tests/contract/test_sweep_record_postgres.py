@@ -92,9 +92,7 @@ def test_sweepers_looping_at_once_write_at_most_once_per_interval(
         loop.join(timeout=30)
     app.close()
 
-    ((writes, span),) = sql(
-        harness, "SELECT count(*), extract(epoch FROM max(at) - min(at)) FROM sweep_writes"
-    )
+    ((writes,),) = sql(harness, "SELECT count(*) FROM sweep_writes")
     # ~2.2 s of three loops sweeping every 10 ms: 4 or 5 writes, never two within an interval
     assert 3 <= writes <= 5
     gaps = sql(
@@ -102,4 +100,3 @@ def test_sweepers_looping_at_once_write_at_most_once_per_interval(
         "SELECT extract(epoch FROM at - lag(at) OVER (ORDER BY at)) FROM sweep_writes",
     )
     assert all(gap is None or float(gap) >= INTERVAL for (gap,) in gaps), gaps
-    assert float(span) <= 2.2
