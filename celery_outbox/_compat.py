@@ -45,6 +45,7 @@ from celery import _state as celery_state
 from celery.backends.base import DisabledBackend
 from celery.canvas import _chain
 from celery.result import AsyncResult
+from celery.utils.functional import regen
 from kombu import Connection
 from kombu.utils.uuid import uuid
 
@@ -158,6 +159,9 @@ class CanvasHooks:
     #: The context a canvas dispatched at the top (outside any task) is dispatched in:
     #: ``(app, root_id, its signatures)``; it counts the whole canvas once, up front.
     opening: Callable[[Celery, str, list[Any]], AbstractContextManager[None]]
+    #: The context a canvas whose group is drawn lazily is left to Celery in: its
+    #: dispatches open no workflow (see :func:`drawn_lazily`).
+    uncounted: Callable[[], AbstractContextManager[None]]
 
 
 _ORIGINAL_CHORD_RUN = chord.run
@@ -216,14 +220,29 @@ def _chords_all_joined(app: Celery, tasks: list[Any]) -> bool:
             return False
         if isinstance(task, chord):
             header = task.tasks
-            members = list(getattr(header, "tasks", header))
+            header_tasks = getattr(header, "tasks", header)
         elif isinstance(task, group) and index < len(tasks) - 1:
-            members = list(task.tasks)  # upgraded: chord(group, next task)
+            header_tasks = task.tasks  # upgraded: chord(group, next task)
         else:
             continue
+        if drawn_lazily(header_tasks):
+            return False
+        members = list(header_tasks)
         if not _hooks.joined_header(app, members):
             return False
     return True
+
+
+def drawn_lazily(tasks: Any) -> bool:
+    """Whether a group's ``tasks`` are a generator Celery has not drawn to its end yet
+    (its ``regen``): Celery dispatches such a header one task at a time as it draws it
+    (celery#3021), so the outbox leaves such a canvas to Celery rather than unroll it up
+    front: no database join, no ``Workflow`` row."""
+    return isinstance(tasks, _REGEN) and not getattr(tasks, "_regen__done", True)
+
+
+#: The class of Celery's lazily drawn task lists (``celery.utils.functional._regen``).
+_REGEN = type(regen(iter(())))
 
 
 def _at_top(app: Celery) -> bool:
@@ -234,6 +253,9 @@ def _group_apply_async(self: group, args: Any = None, kwargs: Any = None, **opti
     app = self.app
     if _hooks is None or not _at_top(app):
         return _ORIGINAL_GROUP_APPLY_ASYNC(self, args, kwargs, **options)
+    if drawn_lazily(self.tasks):
+        with _hooks.uncounted():
+            return _ORIGINAL_GROUP_APPLY_ASYNC(self, args, kwargs, **options)
     root_id = options.get("root_id") or self.options.get("root_id")
     if not root_id:
         root_id = self.options.get("task_id") or options.get("task_id") or uuid()
@@ -250,6 +272,9 @@ def _chord_run(
     app = app or self._get_app(body)  # type: ignore[attr-defined]
     if _hooks is None or not _hooks.serves(app):
         return _ORIGINAL_CHORD_RUN(self, header, body, partial_args, app=app, **kw)
+    if drawn_lazily(header.tasks):
+        with _hooks.uncounted():
+            return _ORIGINAL_CHORD_RUN(self, header, body, partial_args, app=app, **kw)
     top = _at_top(app)
     root_id = kw.get("root_id") or body.options.get("root_id")
     if not root_id and top:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from celery import Celery, Task
+from celery import Celery, Task, group
 from celery.result import AsyncResult
 
 from celery_outbox import _compat
@@ -246,3 +246,17 @@ def test_a_delivered_messages_headers_are_attributes_of_the_tasks_request(
         Request(message, app=app, task=headers).execute()
 
     assert seen == [{"traceparent": "00-abc-def-01", "id": "h1"}]
+
+
+def test_a_groups_generator_is_a_regen_that_says_when_it_is_drawn_to_its_end(
+    app: Celery,
+) -> None:
+    # drawn_lazily() reads celery.utils.functional._regen's private "done" flag.
+    def members() -> Any:
+        yield from (app.signature("t", (n,)) for n in range(3))
+
+    lazy = group(members())
+    assert _compat.drawn_lazily(lazy.tasks)
+    assert len(list(lazy.tasks)) == 3
+    assert not _compat.drawn_lazily(lazy.tasks)
+    assert not _compat.drawn_lazily(group([app.signature("t")]).tasks)
