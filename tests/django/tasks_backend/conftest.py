@@ -24,7 +24,7 @@ def djtasks_queue(redis_url: str) -> Iterator[str]:
     delete_queue(redis_url, name)
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def tasks_setting(settings: Any, djtasks_queue: str) -> None:
     """``TASKS`` of :mod:`tests.django.tasks_backend.settings` for the test."""
     from tests.django.tasks_backend.settings import TASKS

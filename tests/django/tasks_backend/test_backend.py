@@ -36,6 +36,7 @@ from tests.django.helpers import rolled_back
 from tests.django.tasks_backend.app import app
 
 pytestmark = [
+    pytest.mark.usefixtures("tasks_setting"),
     pytest.mark.django_db,
     pytest.mark.redis,
     # Celery's Redis result backend calls redis-py's deprecated ``setex``.

@@ -31,6 +31,7 @@ from tests.django.tasks_backend.app import app
 from tests.worker import REPO_ROOT, SharedWorker, wait_for, worker_env
 
 pytestmark = [
+    pytest.mark.usefixtures("tasks_setting"),
     pytest.mark.django_db(transaction=True),
     pytest.mark.redis,
     postgres_only,
