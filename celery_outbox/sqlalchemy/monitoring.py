@@ -9,7 +9,7 @@ writes and locks nothing, and concurrent sweepers never fail.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
-from celery_outbox.records import MessageStatus
+from celery_outbox.records import DeadLetterStatus, MessageStatus
 from celery_outbox.sqlalchemy.boundary import store_errors
 from celery_outbox.sqlalchemy.tables import OutboxTables
 from celery_outbox.sqlalchemy.types import UTCDateTime
@@ -63,6 +63,13 @@ class SQLAlchemyMonitoring(OutboxStore):
             failed=int(failed),
             oldest_due_age=None if since is None else now - since,
         )
+
+    def count_dead_letters(self, *, using: str | None = None) -> Mapping[DeadLetterStatus, int]:
+        c = self.tables.dead_letter.c
+        query = select(c.status, func.count()).group_by(c.status)
+        with store_errors("count the dead letters"), self.engine.connect() as conn:
+            found = {status: int(n) for status, n in conn.execute(query)}
+        return {s: found.get(s.value, 0) for s in DeadLetterStatus}
 
     def keeps_sweeps(self) -> bool:
         """``True``: the ``celery_outbox_sweep`` table records the last sweep."""
