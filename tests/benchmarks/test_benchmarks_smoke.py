@@ -31,6 +31,7 @@ FIELDS = {
     "atomic": ("plain", "ours", "ratio", "completed_bytes_per_row"),
     "workflows": ("plain", "ours", "ratio", "plain_seconds", "ours_seconds", "ours_p95_ms"),
     "peer": ("peer", "ours", "ratio"),
+    "scrape": ("p50", "p99"),
 }
 
 
