@@ -41,6 +41,9 @@ def create_app(
     """The app, its engine and its store (tables created if missing)."""
     engine = create_engine(database_url)
     outbox_metadata.create_all(engine)
+    # No pooled connection may outlive the fork: two pool children sharing one socket
+    # read each other's replies (each child opens its own on first use).
+    engine.dispose()
     app = Celery("metrics_e2e", broker=broker_url, set_as_current=False)
     app.conf.update(
         task_default_queue=queue,
