@@ -3,6 +3,10 @@ real PostgreSQL: who may read it, and the gauges after real dispatches and dead 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +15,7 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.django.admin_app import APP_PATH, dispatch_row, make_letter
+from tests.worker import REPO_ROOT
 
 pytest.importorskip("prometheus_client")
 
@@ -106,3 +111,38 @@ def test_a_wrong_token_is_refused(settings: Any, header: str) -> None:
     settings.DJANGO_OUTBOX_METRICS_TOKEN = TOKEN
 
     assert get(Authorization=header).status_code == 401
+
+
+COUNT_IN_ANOTHER_PROCESS = """
+import celery_outbox.metrics
+from celery_outbox import signals
+
+class Task:
+    name = "proj.mail"
+
+for _ in range(3):
+    signals.task_dead_lettered.send(sender=Task(), letter_id=1, task_id="t", exception=None)
+"""
+
+
+def test_with_a_multiprocess_directory_it_serves_every_processs_counters(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings.DJANGO_OUTBOX_METRICS_TOKEN = TOKEN
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", COUNT_IN_ANOTHER_PROCESS],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+
+    response = get(Authorization=f"Bearer {TOKEN}")
+
+    text = response.content.decode()
+    assert sample(text, 'celery_outbox_dead_lettered_total{task="proj.mail"}') == 3.0
+    assert sample(text, "celery_outbox_scrape_error") == 0.0
