@@ -25,6 +25,7 @@ NAMES = (
     "workflows",
     "peer",
     "django_tasks",
+    "scrape",
 )
 #: ``--quick`` retry memory: shorter settling, fewer RSS samples (its bytes mean nothing).
 QUICK_RETRY_MEMORY: dict[str, Any] = {"settle": 0.5, "samples": 2}
@@ -44,6 +45,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--chains", type=int, default=200, help="workflows: chains per case")
     parser.add_argument("--warm-up", type=int, default=1000, help="retry memory warm-up tasks")
     parser.add_argument("--failing", type=int, default=20, help="no blocking: failing tasks")
+    parser.add_argument(
+        "--scrape-rows", type=int, default=1_000_000, help="scrape: outbox rows (1,000,000)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
     parser.add_argument("--json", type=Path, default=None, help="output (results/latest.json)")
     args = parser.parse_args(argv)
@@ -51,7 +55,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.rounds, args.enqueue_tasks, args.rows = 1, 100, 300
         args.retries, args.healthy, args.latency_tasks = 100, 100, 30
         args.warm_up, args.failing, args.atomic_tasks = 100, 2, 50
-        args.chains = 10
+        args.chains, args.scrape_rows = 10, 3000
     return args
 
 
@@ -65,6 +69,7 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         no_blocking,
         peer,
         retry_memory,
+        scrape,
         sweep,
         workflows,
     )
@@ -86,6 +91,8 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         return django_tasks.run(tasks=args.enqueue_tasks, rounds=args.rounds)
     if name == "workflows":
         return workflows.run(chains=args.chains, rounds=args.rounds, quick=args.quick)
+    if name == "scrape":
+        return scrape.run(rows=args.scrape_rows, rounds=args.rounds)
     return peer.run(rows=args.rows, rounds=max(1, min(args.rounds, 2)))
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from celery_outbox.monitoring import Backlog, LastSweep
-from celery_outbox.records import MessageStatus, StoredMessage
+from celery_outbox.records import DeadLetterStatus, MessageStatus, StoredDeadLetter, StoredMessage
 from celery_outbox.storage import OutboxStore
 
 
@@ -19,6 +19,7 @@ class MemoryMonitoring(OutboxStore):
     """
 
     rows: dict[int, StoredMessage]
+    letters: dict[int, StoredDeadLetter]
     clock: Callable[[], datetime]
     last_sweep_at: datetime | None
     _lock: threading.RLock
@@ -35,6 +36,11 @@ class MemoryMonitoring(OutboxStore):
                 failed=sum(r.status is MessageStatus.FAILED for r in self.rows.values()),
                 oldest_due_age=max(waits, default=None),
             )
+
+    def count_dead_letters(self, *, using: str | None = None) -> Mapping[DeadLetterStatus, int]:
+        with self._lock:
+            found = [letter.status for letter in self.letters.values()]
+        return {status: found.count(status) for status in DeadLetterStatus}
 
     def keeps_sweeps(self) -> bool:
         """``True``: the store records the last sweep."""

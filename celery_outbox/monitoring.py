@@ -9,8 +9,11 @@ fresh sweep as stale; the in-memory store and SQLite (one host) use the store's 
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+from celery_outbox.records import DeadLetterStatus
 
 #: The key of the sweep's row in the sweep table (one row per database).
 SWEEP_NAME = "sweep"
@@ -57,6 +60,13 @@ class MonitoredStore(abc.ABC):
         """Count the due, the parked and the failed rows and age the oldest due one.
 
         A few reads of ranges of the ``status, available_at`` index, committed data.
+        """
+
+    @abc.abstractmethod
+    def count_dead_letters(self, *, using: str | None = None) -> Mapping[DeadLetterStatus, int]:
+        """How many dead letters there are per status (every status present, 0 when none).
+
+        One read of the ``status, failed_at`` index, committed data.
         """
 
     def keeps_sweeps(self) -> bool:

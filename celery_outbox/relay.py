@@ -26,7 +26,7 @@ from celery_outbox.config import OutboxConfig
 from celery_outbox.producers import Producers
 from celery_outbox.publishable import sort_out
 from celery_outbox.records import Claim, NewMessage, StoredMessage
-from celery_outbox.signals import message_published
+from celery_outbox.signals import message_publish_failed, message_published
 from celery_outbox.storage import OutboxStore
 
 logger = logging.getLogger(__name__)
@@ -197,11 +197,20 @@ class Relay:
                 using=using,
             )
             done = set(sent.published)
+            rows = [m for m in claim.messages if m.id in done]
             message_published.send(
-                sender=self.app, task_ids=[m.task_id for m in claim.messages if m.id in done]
+                sender=self.app, task_ids=[m.task_id for m in rows], messages=rows, path=path
             )
         gave_up = self._record_failures(claim, sent.failed, using=using)
         gave_up |= self._record_fatal(claim, fatal, using=using)
+        if sent.failed or fatal:
+            failed = {**sent.failed, **fatal}
+            message_publish_failed.send(
+                sender=self.app,
+                task_ids=[m.task_id for m in claim.messages if m.id in failed],
+                path=path,
+                gave_up=len(gave_up),
+            )
         return PublishReport(
             published=tuple(sent.published),
             failed={**sent.failed, **fatal},

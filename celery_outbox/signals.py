@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from celery.utils.dispatch import Signal
 
-#: Sent after outbox rows reached the broker: ``sender`` is the app, ``task_ids`` a list.
-message_published = Signal(name="outbox_message_published", providing_args=["task_ids"])
+#: Sent after outbox rows reached the broker: ``sender`` is the app, ``task_ids`` a list,
+#: ``messages`` the published rows (:class:`~celery_outbox.records.StoredMessage`, in the
+#: order of ``task_ids``) and ``path`` the entry point that published them
+#: (:data:`~celery_outbox.relay.PublishPath`: ``commit``, ``sweep``, ``relay`` or ``now``).
+message_published = Signal(
+    name="outbox_message_published", providing_args=["task_ids", "messages", "path"]
+)
+#: Sent after a publish pass left rows unpublished (rescheduled, or failed for good):
+#: ``sender`` is the app, ``task_ids`` a list, ``path`` as for ``message_published``,
+#: ``gave_up`` how many of them are now ``failed``.
+message_publish_failed = Signal(
+    name="outbox_message_publish_failed", providing_args=["task_ids", "path", "gave_up"]
+)
 #: Sent after a task became a dead letter: ``sender`` is the task, ``letter_id`` and
 #: ``exception`` are given.
 task_dead_lettered = Signal(
@@ -14,6 +25,12 @@ task_dead_lettered = Signal(
 #: Sent after a dead letter was requeued: ``letter_id``, ``task_id`` (the new one), ``by``.
 dead_letter_requeued = Signal(
     name="outbox_dead_letter_requeued", providing_args=["letter_id", "task_id", "by"]
+)
+#: Sent when a worker scheduled a task's retry without sleeping: ``sender`` is the task,
+#: ``task_id``, ``eta`` (when it runs) and ``path``: ``eta`` (published at once with a
+#: Celery ETA) or ``parked`` (kept as an outbox row until due).
+task_retry_scheduled = Signal(
+    name="outbox_task_retry_scheduled", providing_args=["task_id", "eta", "path"]
 )
 #: Sent when an atomic task's duplicate delivery was skipped without running: ``sender`` is
 #: the task, ``task_id`` and ``completed_at`` (when the first run committed) are given.

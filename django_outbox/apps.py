@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 from django.apps import AppConfig
 from django.core import checks as django_checks
 from django.utils.translation import gettext_lazy as _
@@ -16,7 +18,8 @@ class DjangoOutboxConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Make the ORM store the default outbox store; connect signals; register checks;
+        """Make the ORM store the default outbox store; count the metrics when
+        ``prometheus_client`` is installed; connect signals; register checks;
         warn about canvases with steps that are not atomic while ``DEBUG`` is on."""
         from django.conf import settings
 
@@ -26,6 +29,8 @@ class DjangoOutboxConfig(AppConfig):
         from django_outbox.store import DjangoOutboxStore
 
         set_default_store(DjangoOutboxStore())
+        if importlib.util.find_spec("prometheus_client") is not None:
+            import celery_outbox.metrics  # noqa: F401 - the counters count from now on
         canvas_warnings.enable(lambda: bool(settings.DEBUG))
         signals.connect()
         for check in checks.CHECKS:

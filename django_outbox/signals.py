@@ -10,7 +10,7 @@ Connect receivers as for any Django signal::
 =========================  ==================  ========================================
 signal                     ``sender``          keyword arguments
 =========================  ==================  ========================================
-``message_published``      the Celery app      ``task_ids`` (list of str)
+``message_published``      the Celery app      ``task_ids``, ``messages``, ``path``
 ``task_dead_lettered``     the task            ``letter_id``, ``task_id``, ``exception``
 ``dead_letter_requeued``   as the core sends   ``letter_id``, ``task_id`` (new), ``by``
 ``task_duplicate_skipped`` the task            ``task_id``, ``completed_at`` (first run's)

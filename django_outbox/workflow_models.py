@@ -49,6 +49,8 @@ class Workflow(models.Model):
 
     class Meta:
         db_table = WORKFLOW_TABLE
+        # The workflows gauge counts each status at every scrape (celery_outbox.metrics).
+        indexes = [models.Index(fields=["status"], name="outbox_workflow_status_idx")]
         verbose_name = _("workflow")
         verbose_name_plural = _("workflows")
 

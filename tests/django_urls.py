@@ -1,8 +1,11 @@
-"""URLs for the Django tests: the admin, at ``/admin/``."""
+"""URLs for the Django tests: the admin, at ``/admin/``, and the app's URLs at ``/outbox/``."""
 
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
-urlpatterns = [path("admin/", admin.site.urls)]
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("outbox/", include("django_outbox.urls")),
+]

@@ -9,7 +9,7 @@ writes and locks nothing, and concurrent sweepers never fail.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
-from celery_outbox.records import MessageStatus
+from celery_outbox.records import DeadLetterStatus, MessageStatus
 from celery_outbox.sqlalchemy.boundary import store_errors
 from celery_outbox.sqlalchemy.tables import OutboxTables
 from celery_outbox.sqlalchemy.types import UTCDateTime
@@ -63,6 +63,15 @@ class SQLAlchemyMonitoring(OutboxStore):
             failed=int(failed),
             oldest_due_age=None if since is None else now - since,
         )
+
+    def count_dead_letters(self, *, using: str | None = None) -> Mapping[DeadLetterStatus, int]:
+        # One count per status, each a range of the (status, failed_at) index: a GROUP BY
+        # over the whole table is planned as a sequential scan.
+        table, statuses = self.tables.dead_letter, list(DeadLetterStatus)
+        query = select(*(_count(table, table.c.status == s.value) for s in statuses))
+        with store_errors("count the dead letters"), self.engine.connect() as conn:
+            counts = conn.execute(query).one()
+        return {status: int(n) for status, n in zip(statuses, counts, strict=True)}
 
     def keeps_sweeps(self) -> bool:
         """``True``: the ``celery_outbox_sweep`` table records the last sweep."""

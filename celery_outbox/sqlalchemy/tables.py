@@ -167,6 +167,8 @@ def _workflow_table(metadata: MetaData) -> Table:
         Column("created_at", UTCDateTime, nullable=False),
         Column("finished_at", UTCDateTime, nullable=True),
         Column("failed_task_id", String(TASK_ID_MAX_LENGTH), nullable=True),
+        # The workflows gauge counts each status at every scrape (celery_outbox.metrics).
+        Index("outbox_workflow_status_idx", "status"),
     )
 
 

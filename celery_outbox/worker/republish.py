@@ -22,6 +22,7 @@ from celery_outbox.clock import utcnow
 from celery_outbox.envelope import build_message
 from celery_outbox.records import NewMessage
 from celery_outbox.registry import relay_for, store_for
+from celery_outbox.signals import task_retry_scheduled
 from celery_outbox.worker.attempt import FIRST_FAILED_HEADER, REQUEUES_HEADER, Attempt
 
 logger = logging.getLogger(__name__)
@@ -61,17 +62,25 @@ def schedule_retry(
     )
     message = _message(task, attempt, options, now=now)
     if not park and _publish_eta(task, attempt, message):
-        return Retry(exc=exc, when=eta)
+        return _scheduled(task, attempt, exc, eta=eta, path="eta")
     if _park(task, attempt, replace(message, available_at=eta)):
-        return Retry(exc=exc, when=eta)
+        return _scheduled(task, attempt, exc, eta=eta, path="parked")
     # A pending row with this task id still exists: the row this attempt was published
     # from, not yet removed by its publisher. Ride on an ETA rather than drop the retry.
     if park and _publish_eta(task, attempt, message):
-        return Retry(exc=exc, when=eta)
+        return _scheduled(task, attempt, exc, eta=eta, path="eta")
     raise Reject(
         f"retry of {task.name}[{attempt.task_id}] could be neither published nor parked",
         requeue=True,
     )
+
+
+def _scheduled(
+    task: Task[Any, Any], attempt: Attempt, exc: Exception, *, eta: datetime, path: str
+) -> Retry:
+    """Announce the retry sent by ``path`` (``eta`` or ``parked``); the ``Retry`` to raise."""
+    task_retry_scheduled.send(sender=task, task_id=attempt.task_id, eta=eta, path=path)
+    return Retry(exc=exc, when=eta)
 
 
 def requeue_later(task: Task[Any, Any], attempt: Attempt, cause: Exception) -> NoReturn:

@@ -10,6 +10,7 @@ nothing and concurrent sweepers never fail.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import cast
 
@@ -18,9 +19,9 @@ from django.db.models import Case, Count, F, Min, When
 
 from celery_outbox.clock import utcnow
 from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
-from celery_outbox.records import MessageStatus
+from celery_outbox.records import DeadLetterStatus, MessageStatus
 from celery_outbox.storage import OutboxStore
-from django_outbox.models import SweepRecord
+from django_outbox.models import DeadLetter, SweepRecord
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
 from django_outbox.store.orm import messages
 
@@ -67,6 +68,15 @@ class DjangoMonitoring(OutboxStore):
             failed=failed,
             oldest_due_age=None if since is None else now - since,
         )
+
+    def count_dead_letters(self, *, using: str | None = None) -> Mapping[DeadLetterStatus, int]:
+        """One count per status, each a range of the ``status, failed_at`` index (a
+        ``GROUP BY`` over the whole table is planned as a sequential scan)."""
+        alias = alias_of(using)
+        refresh_connection(alias)
+        letters = DeadLetter.objects.using(alias)
+        with store_errors("count the dead letters"):
+            return {s: letters.filter(status=s.value).count() for s in DeadLetterStatus}
 
     def keeps_sweeps(self) -> bool:
         """Always: the ``celery_outbox_sweep`` table records the last sweep."""

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Case, Count, DateTimeField, F, Q, QuerySet, Value, When
+from django.db.models import Case, DateTimeField, F, Q, QuerySet, Value, When
 from django.db.models.functions import Least
 
 from celery_outbox import join_parts
@@ -137,13 +137,12 @@ class DjangoWorkflows(OutboxStore):
         return None if row is None else convert.stored_workflow(row)
 
     def count_workflows(self, *, using: str | None = None) -> Mapping[WorkflowStatus, int]:
-        """Workflows per status, every status present: one ``GROUP BY``."""
+        """Workflows per status, every status present: one count per status, each a range
+        of the status index (a ``GROUP BY`` over the whole table is a sequential scan)."""
         alias = alias_of(using)
         refresh_connection(alias)
         with store_errors("count workflows"):
-            rows = workflows(alias).order_by().values_list("status").annotate(n=Count("id"))
-            found: dict[str, int] = dict(rows)
-        return {status: found.get(status, 0) for status in WORKFLOW_STATUSES}
+            return {s: workflows(alias).filter(status=s).count() for s in WORKFLOW_STATUSES}
 
     def open_join(
         self, group_id: str, *, root_id: str, size: int, now: datetime, using: str | None = None

@@ -33,6 +33,7 @@ FIELDS = {
     "workflows": ("plain", "ours", "ratio", "plain_seconds", "ours_seconds", "ours_p95_ms"),
     "peer": ("peer", "ours", "ratio"),
     "django_tasks": ("plain", "ours", "ratio"),
+    "scrape": ("p50", "p99"),
 }
 #: Benchmarks that may report why they could not run here, and whether they may now.
 MAY_SKIP = {

@@ -19,6 +19,14 @@ WITHOUT_DJANGO = (
 )
 
 
+#: The core, its Django app and its workers' modules without ``prometheus_client`` (the
+#: ``prometheus`` extra): the metrics module alone needs it, and says how to get it.
+WITHOUT_PROMETHEUS = (
+    "import sys; sys.modules['prometheus_client'] = None; "
+    "import celery_outbox, celery_outbox.relay, celery_outbox.worker.republish; "
+    "import celery_outbox.metrics"
+)
+
 CACHES = shutil.ignore_patterns("__pycache__")
 
 
@@ -38,6 +46,28 @@ def test_core_imports_without_django_or_sqlalchemy() -> None:
     result = _run([sys.executable, "-c", WITHOUT_DJANGO], cwd=REPO_ROOT)
 
     assert result.returncode == 0, result.stderr
+
+
+def test_core_imports_without_prometheus_client_and_metrics_names_the_extra() -> None:
+    result = _run([sys.executable, "-c", WITHOUT_PROMETHEUS], cwd=REPO_ROOT)
+
+    assert result.returncode == 1
+    assert "ImportError: celery_outbox.metrics needs prometheus_client" in result.stderr
+    assert "pip install celery-outbox[prometheus]" in result.stderr
+
+
+def test_django_app_starts_without_prometheus_client() -> None:
+    code = (
+        "import sys; sys.modules['prometheus_client'] = None; import django; "
+        "from django.conf import settings; "
+        "settings.configure(INSTALLED_APPS=['django.contrib.contenttypes', "
+        "'django.contrib.auth', 'django_outbox']); django.setup(); "
+        "print('celery_outbox.metrics' in sys.modules)"
+    )
+    result = _run([sys.executable, "-c", code], cwd=REPO_ROOT)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
 
 
 def test_import_linter_contract_holds() -> None:

@@ -17,9 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand
-from django.db.models import Count
 
-from celery_outbox.records import DeadLetterStatus
 from celery_outbox.storage import OutboxStore
 from django_outbox.management.outbox_commands._context import (
     add_database_argument,
@@ -58,19 +56,10 @@ def status_of(store: OutboxStore, alias: str) -> dict[str, Any]:
         "failed": backlog.failed,
         "oldest_pending_age_seconds": _seconds(backlog.oldest_due_age),
         "last_sweep_age_seconds": None if last is None else _seconds(last.age),
-        "dead_letters": dead_letter_counts(alias),
+        "dead_letters": {s.value: n for s, n in store.count_dead_letters(using=alias).items()},
         "completed": store.count_completed(using=alias),
         "workflows": dict(store.count_workflows(using=alias)),
     }
-
-
-def dead_letter_counts(alias: str) -> dict[str, int]:
-    """Dead letters of database ``alias`` by status."""
-    from django_outbox.models import DeadLetter
-
-    rows = DeadLetter.objects.using(alias).order_by().values_list("status").annotate(n=Count("id"))
-    found = dict(rows)
-    return {s.value: found.get(s.value, 0) for s in DeadLetterStatus}
 
 
 def format_status(alias: str, status: dict[str, Any]) -> str:

@@ -1,0 +1,199 @@
+"""Prometheus metrics of the outbox (``pip install celery-outbox[prometheus]``).
+
+Two kinds, as DESIGN.md lists them (docs/observability.md, "Metrics"):
+
+* **Gauges read at scrape time** by :class:`OutboxCollector`, a ``prometheus_client``
+  collector usable in any registry: the backlog, the dead letters and the workflows by
+  status, and the last sweep, each a few bounded, indexed reads of the store
+  (:class:`~celery_outbox.monitoring.MonitoredStore`). Register it in one process only
+  (the web process, or a sidecar), never in every worker: each scrape reads the database.
+* **Counters counted in process** (:mod:`celery_outbox.metric_counters`): publishes by
+  path, publish errors, the commit-to-broker latency, retries, dead letters and skipped
+  duplicates. Importing this module registers them in ``prometheus_client``'s default
+  registry and connects them to the library's signals; nothing counts before (the
+  Django app imports it when ``prometheus_client`` is installed)::
+
+    import celery_outbox.metrics  # in the module that creates the Celery app
+    from prometheus_client import REGISTRY
+
+    REGISTRY.register(celery_outbox.metrics.OutboxCollector(app))
+
+A store that cannot be read during a scrape does not fail the scrape: the store's
+gauges are left out, ``celery_outbox_scrape_error`` is 1 and the error is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from celery import Celery
+
+try:
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.registry import Collector
+except ImportError as exc:  # the one guarded import: the extra is optional
+    raise ImportError(
+        "celery_outbox.metrics needs prometheus_client: pip install celery-outbox[prometheus]"
+    ) from exc
+
+from celery_outbox import metric_counters
+from celery_outbox.exceptions import StoreError
+from celery_outbox.monitoring import Backlog
+from celery_outbox.registry import store_for
+from celery_outbox.storage import OutboxStore
+
+__all__ = ["OutboxCollector", "Snapshot", "read_snapshot"]
+
+logger = logging.getLogger(__name__)
+
+metric_counters.connect()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """What one scrape read: the store's state over the databases it covers.
+
+    Counts are summed over the databases; ``oldest_pending_age`` is the longest wait of
+    any of them; ``last_sweep_timestamp`` is the oldest of their last sweeps (0 when one
+    of them has none yet), ``None`` when the store keeps no sweep record.
+    """
+
+    backlog: Backlog
+    dead_letters: Mapping[str, int]
+    workflows: Mapping[str, int]
+    last_sweep_timestamp: float | None
+
+
+def read_snapshot(store: OutboxStore, aliases: Sequence[str | None]) -> Snapshot:
+    """Read ``store`` over ``aliases``: per database, the backlog (the ``status,
+    available_at`` index), dead letters and workflows by status (a ``GROUP BY status``
+    each) and the sweep record.
+
+    Raises
+    ------
+    StoreError
+        A read failed.
+    """
+    backlogs = [store.backlog(using=alias) for alias in aliases]
+    letters: dict[str, int] = {}
+    workflows: dict[str, int] = {}
+    for alias in aliases:
+        _add(letters, {s.value: n for s, n in store.count_dead_letters(using=alias).items()})
+        _add(workflows, {str(s): n for s, n in store.count_workflows(using=alias).items()})
+    return Snapshot(
+        backlog=_summed(backlogs),
+        dead_letters=letters,
+        workflows=workflows,
+        last_sweep_timestamp=_last_sweep(store, aliases) if store.keeps_sweeps() else None,
+    )
+
+
+class OutboxCollector(Collector):
+    """The outbox gauges, read from ``app``'s store at each scrape.
+
+    Parameters
+    ----------
+    app
+        The Celery app whose outbox store is read (``store_for(app)``, at scrape time).
+    aliases
+        The databases to read (default: every database the sweep covers).
+    """
+
+    def __init__(self, app: Celery, *, aliases: Sequence[str | None] | None = None) -> None:
+        self.app = app
+        self.aliases = None if aliases is None else list(aliases)
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        """The gauges' names, without reading the store (so registering reads nothing)."""
+        return _families(None, error=False)
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        """Read the store and yield the gauges (see the module for a failed read)."""
+        store = store_for(self.app)
+        aliases = store.sweep_aliases() if self.aliases is None else self.aliases
+        try:
+            snapshot = read_snapshot(store, aliases)
+        except StoreError as exc:
+            logger.warning("celery-outbox: metrics scrape could not read the outbox: %s", exc)
+            return _families(None, error=True)
+        return _families(snapshot, error=False)
+
+
+def _families(snapshot: Snapshot | None, *, error: bool) -> Iterator[GaugeMetricFamily]:
+    """The gauge families, with the values of ``snapshot`` (none: names only)."""
+    yield GaugeMetricFamily(
+        "celery_outbox_scrape_error",
+        "1 when this scrape could not read the outbox store (its gauges are left out).",
+        value=float(error),
+    )
+    if not error:
+        yield from _store_families(snapshot)
+
+
+def _store_families(snapshot: Snapshot | None) -> Iterator[GaugeMetricFamily]:
+    backlog = None if snapshot is None else snapshot.backlog
+    for name, text, value in (
+        ("pending", "Pending rows due now (a publisher should have them).", "due"),
+        ("parked", "Pending rows due later (parked retries, countdowns).", "parked"),
+        ("failed", "Rows that gave up publishing (status failed).", "failed"),
+    ):
+        yield _gauge(name, text, None if backlog is None else getattr(backlog, value))
+    age = None if backlog is None else backlog.oldest_due_age or timedelta(0)
+    yield _gauge(
+        "oldest_pending_age_seconds",
+        "How long the longest-waiting due row has waited (0 without due rows).",
+        None if age is None else age.total_seconds(),
+    )
+    yield _by_status(
+        "dead_letters",
+        "Dead letters by status.",
+        None if snapshot is None else snapshot.dead_letters,
+    )
+    yield _by_status(
+        "workflows", "Workflows by status.", None if snapshot is None else snapshot.workflows
+    )
+    if snapshot is None or snapshot.last_sweep_timestamp is not None:
+        yield _gauge(
+            "last_sweep_timestamp_seconds",
+            "Unix time of the oldest last recorded sweep of the databases (0: none yet).",
+            None if snapshot is None else snapshot.last_sweep_timestamp,
+        )
+
+
+def _gauge(name: str, text: str, value: float | None) -> GaugeMetricFamily:
+    gauge = GaugeMetricFamily(f"celery_outbox_{name}", text)
+    if value is not None:
+        gauge.add_metric([], float(value))
+    return gauge
+
+
+def _by_status(name: str, text: str, counts: Mapping[str, int] | None) -> GaugeMetricFamily:
+    gauge = GaugeMetricFamily(f"celery_outbox_{name}", text, labels=["status"])
+    for status, count in (counts or {}).items():
+        gauge.add_metric([status], float(count))
+    return gauge
+
+
+def _add(total: dict[str, int], counts: Mapping[str, int]) -> None:
+    for status, count in counts.items():
+        total[status] = total.get(status, 0) + count
+
+
+def _summed(backlogs: Sequence[Backlog]) -> Backlog:
+    ages = [b.oldest_due_age for b in backlogs if b.oldest_due_age is not None]
+    return Backlog(
+        due=sum(b.due for b in backlogs),
+        parked=sum(b.parked for b in backlogs),
+        failed=sum(b.failed for b in backlogs),
+        oldest_due_age=max(ages, default=None),
+    )
+
+
+def _last_sweep(store: OutboxStore, aliases: Sequence[str | None]) -> float:
+    sweeps = [store.last_sweep(using=alias) for alias in aliases]
+    if not sweeps or any(s is None for s in sweeps):
+        return 0.0
+    return min(s.at.timestamp() for s in sweeps if s is not None)
