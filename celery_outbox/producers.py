@@ -234,6 +234,7 @@ class Producers:
             self._local.bound_queues = {}
         if self._local.producer is None:
             self._local.producer = self.app.amqp.Producer(conn, auto_declare=False)
+            broker.reuse_client(self._local.producer.channel)
         producer: Producer = self._local.producer
         return producer
 
