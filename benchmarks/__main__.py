@@ -24,6 +24,7 @@ NAMES = (
     "atomic",
     "workflows",
     "peer",
+    "django_tasks",
 )
 #: ``--quick`` retry memory: shorter settling, fewer RSS samples (its bytes mean nothing).
 QUICK_RETRY_MEMORY: dict[str, Any] = {"settle": 0.5, "samples": 2}
@@ -58,6 +59,7 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run one benchmark; its result rows."""
     from benchmarks import (
         atomic,
+        django_tasks,
         enqueue,
         latency,
         no_blocking,
@@ -80,6 +82,8 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         return latency.run(tasks=args.latency_tasks)
     if name == "atomic":
         return atomic.run(tasks=args.atomic_tasks, rounds=args.rounds, quick=args.quick)
+    if name == "django_tasks":
+        return django_tasks.run(tasks=args.enqueue_tasks, rounds=args.rounds)
     if name == "workflows":
         return workflows.run(chains=args.chains, rounds=args.rounds, quick=args.quick)
     return peer.run(rows=args.rows, rounds=max(1, min(args.rounds, 2)))

@@ -1,37 +1,31 @@
 """Every Celery internal celery-outbox leans on, in one place.
 
-``tests/unit/test_compat.py`` pins each one, so a Celery upgrade that changes them fails
-there, by name, rather than somewhere in a worker. (kombu, py-amqp and redis-py internals
-of the relay's connections live in :mod:`celery_outbox.broker`.)
+``tests/unit/test_compat.py`` pins each one: an upgrade that changes one fails there, by
+name. (kombu, py-amqp and redis-py internals live in :mod:`celery_outbox.broker`.)
 
-- :func:`connect_on_app_finalize` / :func:`active_apps`: ``celery._state`` (how Celery
-  registers its own ``celery.backend_cleanup`` task with every app). Finalize callbacks
-  run *before* the app's pending task decorators are evaluated; ``app.on_after_finalize``
-  is sent after.
-- :func:`registered_tasks`: ``app._tasks``, the registry without the finalising that
-  ``app.tasks`` does (safe inside a finalize callback).
-- :data:`ORIG_RUN`: a task class defining this attribute is not wrapped by Celery's
-  ``autoretry_for`` behaviour (``celery.app.autoretry``); ``OutboxTask`` sets it because
-  it retries in ``__call__``.
-- :func:`capture_message`: Celery's ``Task.apply_async`` run against a stand-in producer,
-  to get the exact message Celery would publish without a broker, and the ``AsyncResult``
-  Celery built for it (``ignored`` set, the result backend told of the call: the Redis
-  backend subscribes to the task's channel then). It relies on Celery reading
-  ``producer.serializer`` and ``producer.connection`` (only entering
-  ``connection._reraise_as_library_errors()``) and calling ``producer.publish(body, **kw)``.
-- :data:`REPLACED_TASK_NESTING`: the message header in which Celery counts how many times
-  a task id was handed on by ``Task.replace()`` (0 for a first dispatch).
-- :func:`successors` / :func:`forget_successors`: the request's ``callbacks`` and
-  ``chain``, which Celery's tracer dispatches after the task returned.
-- :func:`install_canvas_hooks`: wraps ``chord.run`` (which calls
-  ``app.backend.apply_chord(header_result_args, body, ...)`` once, before dispatching
-  the header, and otherwise only reads ``app.conf``) and ``group.apply_async`` (whose
-  ``root_id`` option becomes every member's root).
+- :func:`connect_on_app_finalize` / :func:`active_apps`: ``celery._state`` (as Celery
+  registers ``celery.backend_cleanup``). Finalize callbacks run *before* the app's pending
+  task decorators; ``app.on_after_finalize`` is sent after.
+- :func:`registered_tasks`: ``app._tasks``, without ``app.tasks``'s finalising.
+- :data:`ORIG_RUN`: a task class defining it is not wrapped for ``autoretry_for``
+  (``celery.app.autoretry``); ``OutboxTask`` retries in ``__call__``.
+- :func:`capture_message`: Celery's ``Task.apply_async`` against a stand-in producer: the
+  exact message, and the ``AsyncResult`` Celery built (``ignored`` set, the Redis backend
+  subscribed). Celery reads ``producer.serializer`` and ``producer.connection`` (entering
+  only ``_reraise_as_library_errors()``) and calls ``producer.publish(body, **kw)``.
+- :data:`REPLACED_TASK_NESTING`: the header counting ``Task.replace()`` hand-ons (0 first).
+- :func:`delivered_headers`: Celery's request (``Context``) holds each delivered header
+  as an attribute (OpenTelemetry's Celery instrumentation reads them there too).
+- :func:`successors` / :func:`forget_successors`: the request's ``callbacks`` and ``chain``
+  (Celery's tracer dispatches them after the task returned).
+- :func:`install_canvas_hooks`: wraps ``chord.run`` (it calls ``app.backend.apply_chord``
+  once, before the header, else only reads ``app.conf``), ``group.apply_async`` (its
+  ``root_id`` becomes every member's root) and reads ``regen``'s "done" flag.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -42,6 +36,7 @@ from celery import _state as celery_state
 from celery.backends.base import DisabledBackend
 from celery.canvas import _chain
 from celery.result import AsyncResult
+from celery.utils.functional import regen
 from kombu import Connection
 from kombu.utils.uuid import uuid
 
@@ -114,6 +109,12 @@ def capture_message(
     return producer.body, producer.kwargs, result
 
 
+def delivered_headers(request: Any, names: Iterable[str]) -> dict[str, str]:
+    """The text headers ``names`` of the message the running ``request`` delivered."""
+    found = {name: getattr(request, name, None) for name in names}
+    return {name: value for name, value in found.items() if isinstance(value, str)}
+
+
 def successors(request: Any) -> tuple[list[Any], list[Any]]:
     """``(callbacks, chain)`` of the running request, as Celery's tracer will read them."""
     return list(request.callbacks or ()), list(request.chain or ())
@@ -133,29 +134,27 @@ OpenJoin = Callable[[str, list[str], Signature[Any]], None]
 
 @dataclass(frozen=True)
 class CanvasHooks:
-    """What celery-outbox changes in Celery's canvas for the apps it serves.
+    """What celery-outbox changes in Celery's canvas for the apps it serves."""
 
-    ``serves(app)``: whether ``app`` has an outbox store (others keep Celery's canvas
-    untouched). ``chord_join(app, header, body)``: how to open the join of a chord in
-    the database, or ``None`` to leave the chord to the result backend. ``joining()``:
-    the context such a chord runs in (its header is dispatched within it).
-    """
-
+    #: Whether ``app`` has an outbox store (others keep Celery's canvas untouched).
     serves: Callable[[Celery], bool]
+    #: How to open the join of a chord in the database, or ``None``: the result backend's.
     chord_join: Callable[[Celery, group, Signature[Any]], OpenJoin | None]
+    #: The context a database-joined chord's header is dispatched in.
     joining: Callable[[], AbstractContextManager[None]]
     #: Whether a chord with this header (a list of signatures) is joined in the database.
     joined_header: Callable[[Celery, list[Any]], bool]
-    #: The context a canvas dispatched at the top (outside any task) is dispatched in:
-    #: ``(app, root_id, its signatures)``; it counts the whole canvas once, up front.
+    #: The context of a canvas dispatched outside any task: counts it whole, up front.
     opening: Callable[[Celery, str, list[Any]], AbstractContextManager[None]]
+    #: The context of a canvas left to Celery (:func:`drawn_lazily`): opens no workflow.
+    uncounted: Callable[[], AbstractContextManager[None]]
 
 
 _ORIGINAL_CHORD_RUN = chord.run
 _ORIGINAL_GROUP_APPLY_ASYNC = group.apply_async
 _ORIGINAL_PREPARE_STEPS = _chain.prepare_steps
 _ORIGINAL_ENSURE_CHORDS_ALLOWED = DisabledBackend.ensure_chords_allowed
-_hooks: CanvasHooks | None = None
+_hooks: CanvasHooks | None = None  # set once, by install_canvas_hooks
 #: Whether the chain being prepared in this context has only database-joined chords.
 _chords_joined: ContextVar[bool] = ContextVar("celery_outbox_chords_joined", default=False)
 
@@ -169,10 +168,10 @@ def install_canvas_hooks(hooks: CanvasHooks) -> None:
     - A chord for which ``hooks.chord_join`` gives an opener runs Celery's own
       ``chord.run`` with the app's result backend replaced, for that call only, by one
       whose ``apply_chord`` opens the join in the database: no result backend needed.
-    - A chain whose chords (those it holds, and the groups it upgrades to chords) all
-      have ``hooks.joined_header`` is prepared without a result backend: Celery's
-      ``chain.prepare_steps`` asks ``app.backend.ensure_chords_allowed()`` for each
-      chord, which the disabled backend refuses; within it, it allows them.
+    - A chain whose chords (held, or groups it upgrades to chords) all have
+      ``hooks.joined_header`` is prepared without a result backend: within Celery's
+      ``chain.prepare_steps``, ``DisabledBackend.ensure_chords_allowed()`` allows them.
+    - A group or chord whose tasks are :func:`drawn_lazily` is Celery's alone.
     """
     global _hooks
     _hooks = hooks
@@ -207,14 +206,23 @@ def _chords_all_joined(app: Celery, tasks: list[Any]) -> bool:
             return False
         if isinstance(task, chord):
             header = task.tasks
-            members = list(getattr(header, "tasks", header))
+            header_tasks = getattr(header, "tasks", header)
         elif isinstance(task, group) and index < len(tasks) - 1:
-            members = list(task.tasks)  # upgraded: chord(group, next task)
+            header_tasks = task.tasks  # upgraded: chord(group, next task)
         else:
             continue
-        if not _hooks.joined_header(app, members):
+        if drawn_lazily(header_tasks) or not _hooks.joined_header(app, list(header_tasks)):
             return False
     return True
+
+
+def drawn_lazily(tasks: Any) -> bool:
+    """Whether a group's ``tasks`` are a generator Celery has not drawn to its end (its
+    ``regen``), which Celery dispatches as it draws (celery#3021): left to Celery."""
+    return isinstance(tasks, _REGEN) and not getattr(tasks, "_regen__done", True)
+
+
+_REGEN = type(regen(iter(())))  # celery.utils.functional._regen
 
 
 def _at_top(app: Celery) -> bool:
@@ -225,6 +233,9 @@ def _group_apply_async(self: group, args: Any = None, kwargs: Any = None, **opti
     app = self.app
     if _hooks is None or not _at_top(app):
         return _ORIGINAL_GROUP_APPLY_ASYNC(self, args, kwargs, **options)
+    if drawn_lazily(self.tasks):
+        with _hooks.uncounted():
+            return _ORIGINAL_GROUP_APPLY_ASYNC(self, args, kwargs, **options)
     root_id = options.get("root_id") or self.options.get("root_id")
     if not root_id:
         root_id = self.options.get("task_id") or options.get("task_id") or uuid()
@@ -241,6 +252,9 @@ def _chord_run(
     app = app or self._get_app(body)  # type: ignore[attr-defined]
     if _hooks is None or not _hooks.serves(app):
         return _ORIGINAL_CHORD_RUN(self, header, body, partial_args, app=app, **kw)
+    if drawn_lazily(header.tasks):
+        with _hooks.uncounted():
+            return _ORIGINAL_CHORD_RUN(self, header, body, partial_args, app=app, **kw)
     top = _at_top(app)
     root_id = kw.get("root_id") or body.options.get("root_id")
     if not root_id and top:
@@ -265,8 +279,7 @@ class _JoinBackend:
     """The app's result backend, but ``apply_chord`` opens the join in the database."""
 
     def __init__(self, backend: Any, open_join: OpenJoin) -> None:
-        self._backend = backend
-        self._open_join = open_join
+        self._backend, self._open_join = backend, open_join
 
     def apply_chord(self, header_result_args: Any, body: Signature[Any], **kwargs: Any) -> None:
         group_id, results = header_result_args
@@ -280,8 +293,7 @@ class _JoinApp:
     """``app`` as ``chord.run`` sees it: the same app, with :class:`_JoinBackend`."""
 
     def __init__(self, app: Celery, open_join: OpenJoin) -> None:
-        self._app = app
-        self.backend = _JoinBackend(app.backend, open_join)
+        self._app, self.backend = app, _JoinBackend(app.backend, open_join)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._app, name)

@@ -12,6 +12,7 @@ from celery import Celery
 from kombu.utils.json import dumps as kombu_dumps
 from kombu.utils.uuid import uuid
 
+from celery_outbox import tracing
 from celery_outbox.canvas_shape import workflow_root
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
@@ -24,6 +25,8 @@ from celery_outbox.signals import dead_letter_requeued
 
 #: Routing keys of ``DeadLetter.options`` reused by a requeue.
 ROUTING_KEYS = ("queue", "exchange", "routing_key", "priority")
+#: Key of ``DeadLetter.options`` holding the failed run's trace context (message headers).
+TRACE_OPTION = "trace"
 
 
 def as_json(value: Any) -> Any:
@@ -77,7 +80,8 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
     """Requeue a dead letter as a new task (fresh retry budget, same args).
 
     Arguments that were escaped to be stored (NaN, NUL ...) are restored from the
-    letter's ``options["original"]``.
+    letter's ``options["original"]``. The new task is dispatched in the trace of the run
+    that failed (``options["trace"]``, with OpenTelemetry), not in the caller's.
 
     The new outbox row is written in the caller's transaction and published on commit.
     Requeuing a letter already requeued does nothing and returns its existing task id.
@@ -122,17 +126,18 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
     options.update(canvas)  # a workflow step resumes its workflow where it stopped
     args, kwargs = original_arguments(letter.args, letter.kwargs, letter.options)
     new_id = uuid()
-    message = build_message(
-        task,
-        args,
-        kwargs,
-        task_id=new_id,
-        options=options,
-        now=now,
-        park_after=config.park_after,
-        max_bytes=None,
-        lease=config.publish_grace,
-    )
+    with tracing.attached(letter.options.get(TRACE_OPTION) or {}):
+        message = build_message(
+            task,
+            args,
+            kwargs,
+            task_id=new_id,
+            options=options,
+            now=now,
+            park_after=config.park_after,
+            max_bytes=None,
+            lease=config.publish_grace,
+        )
     workflow = workflow_root(new_id, canvas)
     task_id, row_id = store.requeue_dead_letter(
         letter_id,

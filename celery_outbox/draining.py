@@ -9,6 +9,7 @@ dropped do not exist, so only what the test's transactions kept is run or publis
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -18,7 +19,7 @@ from celery import Celery
 
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.dispatches import Dispatch
+from celery_outbox.dispatches import Dispatch, Drained
 from celery_outbox.envelope import decode_body
 from celery_outbox.records import Claim, StoredMessage
 from celery_outbox.registry import relay_for, store_for
@@ -110,3 +111,33 @@ def publish_failed_message(failed: Mapping[int, str], by_row: Mapping[Any, Dispa
     """Why ``drain(publish=True)`` failed: each row's dispatch and publish error."""
     lines = "\n  - ".join(f"{by_row[i].describe()}: {error}" for i, error in failed.items())
     return f"drain(publish=True) could not publish {len(failed)} row(s) to the broker:\n  - {lines}"
+
+
+def by_store(
+    dispatches: list[Dispatch], *, default: Celery
+) -> dict[tuple[Celery, str | None], list[Dispatch]]:
+    """``dispatches`` grouped by the app and database alias their rows are in."""
+    groups: dict[tuple[Celery, str | None], list[Dispatch]] = defaultdict(list)
+    for dispatch in dispatches:
+        groups[(dispatch.app or default, dispatch.using)].append(dispatch)
+    return groups
+
+
+def drain_batch(app: Celery, batch: list[Dispatch], *, using: str | None, publish: bool) -> None:
+    """Claim ``batch``'s rows, then run each task here or (``publish``) publish them."""
+    __tracebackhide__ = True
+    by_row = {d.row_id: d for d in batch}
+    claim = claim_rows(app, [d.row_id for d in batch if d.row_id is not None], using=using)
+    missing = [d for d in batch if d.row_id not in {m.id for m in claim.messages}]
+    if missing:
+        raise AssertionError(missing_rows_message(missing))
+    if publish:
+        report = publish_claimed(app, claim, using=using)
+        if report.failed:
+            raise AssertionError(publish_failed_message(report.failed, by_row))
+        for dispatch in batch:
+            dispatch.drained = Drained.PUBLISHED
+        return
+    for message in claim.messages:
+        by_row[message.id].drained = Drained.RAN
+        run_claimed(app, claim, message, using=using)

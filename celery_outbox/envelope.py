@@ -28,6 +28,7 @@ from celery_outbox.inflation import check_compression, inflate
 from celery_outbox.limits import check_argument_depth, check_message, with_storable_reprs
 from celery_outbox.records import NewMessage
 from celery_outbox.schedule import as_datetime, check_schedule
+from celery_outbox.tracing import with_context
 
 #: ``options["body_encoding"]`` of a payload stored as base64 (binary or compressed bodies).
 BODY_ENCODING_BASE64 = "base64"
@@ -135,7 +136,9 @@ def build_call(
     A message whose ETA lies more than ``park_after`` ahead is stored with
     ``available_at`` at its ETA, so no broker or worker holds it while it waits.
     With ``lease``, a message due now is born leased (``locked_until``) for that long
-    to the publisher that will publish it on commit. ``validate`` checks what the
+    to the publisher that will publish it on commit. The trace context current at the
+    call, if any, is stored in the message headers (:mod:`celery_outbox.tracing`).
+    ``validate`` checks what the
     caller gave (see :mod:`celery_outbox.limits`); a worker re-dispatching a message
     that was checked when it was first sent passes ``False``.
 
@@ -146,6 +149,7 @@ def build_call(
     """
     app = task.app
     check_schedule(options, now=now, tz=app.timezone)
+    options = with_context(options)  # the request's trace, stored with the row
     body, publish, result = capture_message(task, args, kwargs, task_id=task_id, options=options)
     serializer = publish.get("serializer") or app.conf.task_serializer
     payload, content = serialise_body(

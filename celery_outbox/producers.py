@@ -19,7 +19,7 @@ from typing import Any
 from celery import Celery
 from kombu import Connection, Producer
 
-from celery_outbox import broker
+from celery_outbox import broker, tracing
 from celery_outbox.broker import Deadline
 from celery_outbox.envelope import publish_body
 from celery_outbox.records import NewMessage, StoredMessage
@@ -70,8 +70,10 @@ class Producers:
         self._local = threading.local()
 
     # -- passes ----------------------------------------------------------------------
-    def send(self, messages: Sequence[StoredMessage]) -> Sent:
+    def send(self, messages: Sequence[StoredMessage], *, path: str) -> Sent:
         """Publish ``messages`` in parts of at most ``batch_bytes`` of payload. Never raises.
+
+        ``path`` names the entry point publishing them (the publish span's attribute).
 
         A pipelined part holds every encoded body until it is flushed, so a transaction
         of many large rows never holds all of them encoded at once. A part that
@@ -84,7 +86,7 @@ class Producers:
             rest = messages[start:]
             part = rest[: within_budget((len(m.payload) for m in rest), self.batch_bytes)]
             start += len(part)
-            done = self._send_part(part)
+            done = self._send_part(part, path)
             sent.published.extend(done.published)
             sent.failed.update(done.failed)
             if done.failed and not done.published:
@@ -93,11 +95,11 @@ class Producers:
                 break
         return sent
 
-    def publish_message(self, message: NewMessage) -> None:
+    def publish_message(self, message: NewMessage, *, path: str) -> None:
         """Publish one message now; raise whatever the broker raised, within ``timeout``."""
         deadline = Deadline.after(self.timeout)
         try:
-            self.publish_one(self._producer(deadline), message, deadline)
+            self.publish_one(self._producer(deadline), message, deadline, path=path)
         except Exception:
             self.discard()
             raise
@@ -120,7 +122,7 @@ class Producers:
         if conn is not None:
             broker.discard(conn)
 
-    def _send_part(self, pending: Sequence[StoredMessage]) -> Sent:
+    def _send_part(self, pending: Sequence[StoredMessage], path: str) -> Sent:
         # One deadline for the part, renewed only when the broker accepts a message: a
         # stalled broker costs one wait, not one per row.
         deadline = Deadline.after(self.timeout)
@@ -131,27 +133,27 @@ class Producers:
             return Sent(failed={m.id: describe(exc) for m in pending})
         if self.batch_publish and _batches(producer):
             if len(pending) == 1:
-                return self._publish_single(producer, pending[0], deadline)
-            return self._publish_batch(producer, pending, deadline)
-        return self._publish_each(pending, deadline)
+                return self._publish_single(producer, pending[0], deadline, path)
+            return self._publish_batch(producer, pending, deadline, path)
+        return self._publish_each(pending, deadline, path)
 
     def _publish_single(
-        self, producer: Producer, message: StoredMessage, deadline: Deadline
+        self, producer: Producer, message: StoredMessage, deadline: Deadline, path: str
     ) -> Sent:
         # One message needs no pipeline, which costs more to set up than the publish
         # (the on-commit publish of a one-task transaction): published directly, and
         # after a failure tried once more on a fresh connection, as a failed batch is.
         try:
-            self.publish_one(producer, message, deadline)
+            self.publish_one(producer, message, deadline, path=path)
         except Exception as exc:  # noqa: BLE001 - as a batch: once more, then the row waits
             self.discard()
             if broker.timed_out(exc):
                 return Sent(failed={message.id: describe(exc)})
-            return self._publish_each([message], deadline)
+            return self._publish_each([message], deadline, path)
         return Sent(published=[message.id])
 
     def _publish_batch(
-        self, producer: Producer, pending: Sequence[StoredMessage], deadline: Deadline
+        self, producer: Producer, pending: Sequence[StoredMessage], deadline: Deadline, path: str
     ) -> Sent:
         # The transport pipelines (Redis): the whole part goes out in one round trip
         # instead of one per message. max_size keeps kombu from flushing part of it
@@ -162,15 +164,17 @@ class Producers:
             size = _COMMANDS_PER_MESSAGE * len(pending)
             with producer.batch(max_size=size):  # type: ignore[attr-defined]
                 for message in pending:
-                    self.publish_one(producer, message, deadline)
+                    self.publish_one(producer, message, deadline, path=path)
         except Exception as exc:  # noqa: BLE001 - fall back: each row succeeds or fails alone
             self.discard()
             if broker.timed_out(exc):
                 return Sent(failed={m.id: describe(exc) for m in pending})
-            return self._publish_each(pending, deadline)
+            return self._publish_each(pending, deadline, path)
         return Sent(published=[m.id for m in pending])
 
-    def _publish_each(self, pending: Sequence[StoredMessage], deadline: Deadline) -> Sent:
+    def _publish_each(
+        self, pending: Sequence[StoredMessage], deadline: Deadline, path: str
+    ) -> Sent:
         sent = Sent()
         for index, message in enumerate(pending):
             try:
@@ -180,7 +184,7 @@ class Producers:
                 sent.failed.update((m.id, describe(exc)) for m in pending[index:])
                 break
             try:
-                self.publish_one(producer, message, deadline)
+                self.publish_one(producer, message, deadline, path=path)
             except Exception as exc:  # noqa: BLE001 - any publish error: retry the row later
                 self.discard()
                 sent.failed[message.id] = describe(exc)
@@ -192,27 +196,38 @@ class Producers:
         return sent
 
     # -- one message -------------------------------------------------------------------
-    def publish_one(self, producer: Producer, message: NewMessage, deadline: Deadline) -> None:
-        """Publish ``message`` as it was built, its socket waits bounded by ``deadline``."""
+    def publish_one(
+        self, producer: Producer, message: NewMessage, deadline: Deadline, *, path: str
+    ) -> None:
+        """Publish ``message`` as it was built, its socket waits bounded by ``deadline``,
+        in the trace it was dispatched in (a ``celery_outbox.publish`` span of ``path``)."""
         options = message.options
         headers = dict(options.get("headers") or {})
         if "compression" in options:
             headers["compression"] = options["compression"]
         timeout = broker.bound(self._local.connection, deadline)  # the producer's
-        producer.publish(
-            publish_body(message.payload, options),
-            exchange=options.get("exchange", ""),
-            routing_key=options.get("routing_key", ""),
-            headers=headers,
-            content_type=options["content_type"],
-            content_encoding=options["content_encoding"],
-            delivery_mode=options.get("delivery_mode"),
-            declare=self._queues(producer, options.get("declare") or ()),
-            retry=False,
-            timeout=timeout,
-            confirm_timeout=timeout,
-            **self._properties(options, headers),
-        )
+        with tracing.publishing(
+            headers,
+            path=path,
+            task_name=message.task_name,
+            task_id=message.task_id,
+            due=message.available_at,
+            clock=self.clock,
+        ):
+            producer.publish(
+                publish_body(message.payload, options),
+                exchange=options.get("exchange", ""),
+                routing_key=options.get("routing_key", ""),
+                headers=headers,
+                content_type=options["content_type"],
+                content_encoding=options["content_encoding"],
+                delivery_mode=options.get("delivery_mode"),
+                declare=self._queues(producer, options.get("declare") or ()),
+                retry=False,
+                timeout=timeout,
+                confirm_timeout=timeout,
+                **self._properties(options, headers),
+            )
         deadline.progressed()
 
     def _properties(self, options: dict[str, Any] | Any, headers: dict[str, Any]) -> dict[str, Any]:

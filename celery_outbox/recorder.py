@@ -15,22 +15,14 @@ test as the ``outbox`` fixture; any test framework can use it as a context manag
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from celery import Celery, Task
 
-from celery_outbox.dispatches import Dispatch, DispatchState, Drained
-from celery_outbox.draining import (
-    claim_rows,
-    missing_rows_message,
-    publish_claimed,
-    publish_failed_message,
-    publishing_held,
-    run_claimed,
-)
+from celery_outbox.dispatches import Dispatch, DispatchState
+from celery_outbox.draining import by_store, drain_batch, publishing_held
 from celery_outbox.expectations import (
     ANY_ALIAS,
     Expectation,
@@ -248,8 +240,8 @@ class OutboxRecorder:
             due = [d for d in self.dispatches if _drainable(d)]
             if not due:
                 return drained
-            for (app, using), batch in _by_store(due, default=self.app).items():
-                _drain_batch(app, batch, using=using, publish=publish)
+            for (app, using), batch in by_store(due, default=self.app).items():
+                drain_batch(app, batch, using=using, publish=publish)
             drained += due
         raise AssertionError(
             f"drain() stopped after {MAX_DRAIN_ROUNDS} rounds: the tasks it ran kept "
@@ -281,31 +273,3 @@ def _kept(dispatch: Dispatch) -> bool:
 
 def _drainable(dispatch: Dispatch) -> bool:
     return dispatch.row_id is not None and dispatch.drained is None and _kept(dispatch)
-
-
-def _by_store(
-    dispatches: list[Dispatch], *, default: Celery
-) -> dict[tuple[Celery, str | None], list[Dispatch]]:
-    groups: dict[tuple[Celery, str | None], list[Dispatch]] = defaultdict(list)
-    for dispatch in dispatches:
-        groups[(dispatch.app or default, dispatch.using)].append(dispatch)
-    return groups
-
-
-def _drain_batch(app: Celery, batch: list[Dispatch], *, using: str | None, publish: bool) -> None:
-    __tracebackhide__ = True
-    by_row = {d.row_id: d for d in batch}
-    claim = claim_rows(app, [d.row_id for d in batch if d.row_id is not None], using=using)
-    missing = [d for d in batch if d.row_id not in {m.id for m in claim.messages}]
-    if missing:
-        raise AssertionError(missing_rows_message(missing))
-    if publish:
-        report = publish_claimed(app, claim, using=using)
-        if report.failed:
-            raise AssertionError(publish_failed_message(report.failed, by_row))
-        for dispatch in batch:
-            dispatch.drained = Drained.PUBLISHED
-        return
-    for message in claim.messages:
-        by_row[message.id].drained = Drained.RAN
-        run_claimed(app, claim, message, using=using)

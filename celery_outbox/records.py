@@ -20,6 +20,8 @@ COMPLETED_TABLE = "celery_outbox_completedtask"
 WORKFLOW_TABLE = "outbox_workflow"
 #: Name of the table of chord joins (one row per chord whose header the database counts).
 CHORD_JOIN_TABLE = "outbox_chord_join"
+#: Name of the table recording when the sweep last ran (one row per database).
+SWEEP_TABLE = "celery_outbox_sweep"
 #: Longest task id the tables hold (``task_id`` columns).
 TASK_ID_MAX_LENGTH = 255
 #: Longest task name the tables hold (``task_name`` columns).

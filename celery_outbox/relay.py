@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Literal
 
 from celery import Celery
 
@@ -32,6 +33,11 @@ logger = logging.getLogger(__name__)
 
 #: Windows between publish attempts of one row (DESIGN.md: 1 s ... 5 min).
 PUBLISH_BACKOFF = BackoffPolicy(base=timedelta(seconds=1), cap=timedelta(minutes=5))
+
+#: Which entry point published a message: ``commit`` (the on-commit publisher), ``sweep``
+#: (the sweep task or command), ``relay`` (the continuous ``outbox relay`` loop), ``now``
+#: (publish-now, :meth:`Relay.publish_ids`), ``eta`` (a worker's retry sent on an ETA).
+PublishPath = Literal["commit", "sweep", "relay", "now", "eta"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,10 +116,12 @@ class Relay:
             if mine:
                 lease = max(m.locked_until or now for m in mine)
                 claim = Claim(messages=mine, lease_until=lease)
-                report = self.publish_claim(claim, using=using)
+                report = self.publish_claim(claim, using=using, path="commit")
             others = [m.id for m in messages if m.locked_until is None or m.locked_until <= now]
             if others:
-                report = _merged(report, self._claim_and_publish(others, using=using))
+                report = _merged(
+                    report, self._claim_and_publish(others, using=using, path="commit")
+                )
             return report
         except Exception:  # noqa: BLE001 - logged: an on-commit callback never raises
             _log_after_commit_failure(len(messages))
@@ -128,13 +136,13 @@ class Relay:
         a row of an unregistered task or with a refused payload becomes ``failed``.
         """
         try:
-            return self._claim_and_publish(ids, using=using, validate=validate)
+            return self._claim_and_publish(ids, using=using, validate=validate, path="now")
         except Exception:  # noqa: BLE001 - logged: an on-commit callback never raises
             _log_after_commit_failure(len(ids))
             return PublishReport()
 
     def _claim_and_publish(
-        self, ids: Sequence[int], *, using: str | None, validate: bool = False
+        self, ids: Sequence[int], *, using: str | None, path: PublishPath, validate: bool = False
     ) -> PublishReport:
         # Claim by at most outbox_sweep_batch_bytes of payload at a time, so a long list
         # of large rows is never held in memory at once; each claim takes at least one row.
@@ -150,20 +158,27 @@ class Relay:
             )
             if not claim.messages:
                 break
-            report = _merged(report, self.publish_claim(claim, using=using, validate=validate))
+            published = self.publish_claim(claim, using=using, validate=validate, path=path)
+            report = _merged(report, published)
             taken = {m.id for m in claim.messages}
             left = [i for i in left if i not in taken]
             del claim  # before the next claim loads its rows
         return report
 
     def publish_claim(
-        self, claim: Claim, *, using: str | None = None, validate: bool = False
+        self,
+        claim: Claim,
+        *,
+        using: str | None = None,
+        validate: bool = False,
+        path: PublishPath = "sweep",
     ) -> PublishReport:
         """Publish every row of ``claim``, then mark or reschedule them (fenced).
 
         With ``validate`` (the sweeper), rows naming an unregistered task or holding an
         undecodable payload fail at once instead of being published
-        (:mod:`celery_outbox.publishable`).
+        (:mod:`celery_outbox.publishable`). ``path`` names the entry point (each row's
+        publish span says it: :mod:`celery_outbox.tracing`).
         """
         if not claim.messages:
             return PublishReport()
@@ -172,7 +187,7 @@ class Relay:
             pending, fatal = sort_out(
                 self.app, claim.messages, max_payload_bytes=self.config.max_payload_bytes
             )
-        sent = self.producers.send(pending)
+        sent = self.producers.send(pending, path=path)
         if sent.published:
             self.store.mark_published(
                 claim,
@@ -199,7 +214,7 @@ class Relay:
         Raises whatever the broker raised, within about ``outbox_publish_timeout``; the
         caller parks the message instead.
         """
-        self.producers.publish_message(message)
+        self.producers.publish_message(message, path="eta")
 
     def close(self) -> None:
         """Release this thread's broker connection (each of the broker's goodbyes is

@@ -1,9 +1,8 @@
 """The store: the one seam between the core and a database.
 
-``OutboxTask``, the relay and the sweeper talk only to :class:`OutboxStore`. The Django
-app installs an ORM store; other apps install
-:class:`celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`; tests use
-:class:`celery_outbox.testing.InMemoryOutboxStore`. One contract suite
+``OutboxTask``, the relay and the sweeper talk only to :class:`OutboxStore`. The Django app
+installs an ORM store; other apps install :class:`celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`;
+tests use :class:`celery_outbox.testing.InMemoryOutboxStore`. One contract suite
 (``tests/contract``) holds every store to the same semantics.
 """
 
@@ -15,6 +14,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from celery_outbox.completions import CompletionStore
+from celery_outbox.monitoring import MonitoredStore
 from celery_outbox.records import (
     Claim,
     MessageStatus,
@@ -63,14 +63,13 @@ def publisher_key(publish: PublishCallback) -> Hashable:
     return publish
 
 
-class OutboxStore(CompletionStore, WorkflowStore, abc.ABC):
+class OutboxStore(CompletionStore, WorkflowStore, MonitoredStore, abc.ABC):
     """Where outbox rows and dead letters live.
 
-    Every method taking ``using`` accepts a database alias (Django) or ``None`` for the
-    store's default; stores with a single database ignore it. Datetimes are aware UTC.
-    Driver errors are raised as :class:`~celery_outbox.exceptions.StoreError` with the
-    cause chained. Atomic tasks: :class:`~celery_outbox.completions.CompletionStore`;
-    workflows and chord joins: :class:`~celery_outbox.workflows.WorkflowStore`.
+    Every method taking ``using`` accepts a database alias (Django) or ``None`` for the store's
+    default; stores with a single database ignore it. Datetimes are aware UTC. Driver errors
+    are raised as :class:`~celery_outbox.exceptions.StoreError` with the cause chained. Its
+    parts: :mod:`.completions` (atomic tasks), :mod:`.workflows`, :mod:`.monitoring`.
     """
 
     # -- dispatch ---------------------------------------------------------------

@@ -7,6 +7,11 @@ batch through the relay's one broker connection, and lets the relay mark or resc
 the batch in one statement. Claims make concurrent sweeps safe by construction: two
 sweepers never hold the same row, and one whose lease ran out cannot mark the rows
 another sweeper took over (fencing).
+
+A sweep also records that it ran (:meth:`~celery_outbox.monitoring.MonitoredStore.record_sweep`,
+read by the health check): a sweeper asks the store at most twice per
+``outbox_sweep_interval`` and the store writes at most once per interval, however often
+the relay loop sweeps and however many sweepers run.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from celery import Celery
 
@@ -23,7 +28,7 @@ from celery_outbox.clock import Clock, utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
 from celery_outbox.records import Claim, MessageStatus
-from celery_outbox.relay import Relay
+from celery_outbox.relay import PublishPath, Relay
 from celery_outbox.storage import OutboxStore
 
 logger = logging.getLogger(__name__)
@@ -111,9 +116,10 @@ class Sweeper:
     ) -> None:
         self.app, self.store, self.relay, self.config = app, store, relay, config
         self.clock, self.budget = clock, budget
+        self._noted: dict[str | None, datetime] = {}
 
     # -- one pass -------------------------------------------------------------------
-    def sweep(self, using: str | None = None) -> SweepReport:
+    def sweep(self, using: str | None = None, *, path: PublishPath = "sweep") -> SweepReport:
         """Publish the due rows of database ``using``, batch after batch.
 
         Each batch holds at most ``outbox_sweep_batch_size`` rows and stops at the row
@@ -121,6 +127,7 @@ class Sweeper:
         however large the rows. Stops after a short batch (nothing more is due), when the
         time budget is spent, or when a batch published nothing because the broker is
         unreachable.
+        ``path`` names the entry point in each publish span (``relay`` from :meth:`run`).
 
         Raises
         ------
@@ -130,21 +137,28 @@ class Sweeper:
         deadline = self.clock() + self.budget
         report = SweepReport()
         while True:
+            self._note_sweep(using)
             claim = self._claim(using)
             if not claim.messages:
                 return report
-            batch = self._publish(claim, using)
+            batch = self._publish(claim, using, path)
             report += batch
             if not self._full(claim) or _broker_down(batch):
                 return report
             if self.clock() >= deadline:
                 return report + SweepReport(more=True)
 
-    def sweep_all(self, aliases: Sequence[str | None] | None = None) -> SweepReport:
+    def sweep_all(
+        self, aliases: Sequence[str | None] | None = None, *, path: PublishPath = "sweep"
+    ) -> SweepReport:
         """:meth:`sweep` each of ``aliases`` (default: ``store.sweep_aliases()``)."""
         report = SweepReport()
         for alias in self.store.sweep_aliases() if aliases is None else aliases:
-            report += self.sweep(alias) + self.purge_expired(alias) + self.purge_completed(alias)
+            report += (
+                self.sweep(alias, path=path)
+                + self.purge_expired(alias)
+                + self.purge_completed(alias)
+            )
         return report
 
     def purge_expired(self, using: str | None = None) -> SweepReport:
@@ -174,6 +188,25 @@ class Sweeper:
         purged += self.store.purge_joins(older_than=older_than, limit=limit, using=using)
         return SweepReport(purged_completed=purged)
 
+    def _note_sweep(self, using: str | None) -> None:
+        """Record that the sweep of ``using`` runs: the store is asked at most every half
+        interval (a read; it writes when its record is an interval old), so a long sweep
+        keeps its record fresh too. A store that cannot record it is logged, and the
+        sweep goes on: publishing matters more than the health check's record."""
+        now, every = self.clock(), self.config.sweep_interval
+        noted = self._noted.get(using)
+        if noted is not None and now - noted < every / 2:
+            return
+        self._noted[using] = now
+        try:
+            self.store.record_sweep(every=every, using=using)
+        except StoreError:
+            logger.warning(
+                "celery-outbox: could not record the sweep of %s; sweeping on",
+                using or "the default database",
+                exc_info=True,
+            )
+
     def _claim(self, using: str | None) -> Claim:
         now = self.clock()
         return self.store.claim_due(
@@ -192,8 +225,8 @@ class Sweeper:
             return True
         return sum(len(m.payload) for m in claim.messages) >= config.sweep_batch_bytes
 
-    def _publish(self, claim: Claim, using: str | None) -> SweepReport:
-        outcome = self.relay.publish_claim(claim, using=using, validate=True)
+    def _publish(self, claim: Claim, using: str | None, path: PublishPath) -> SweepReport:
+        outcome = self.relay.publish_claim(claim, using=using, validate=True, path=path)
         return SweepReport(
             published=len(outcome.published),
             failed=len(outcome.gave_up),
@@ -230,7 +263,7 @@ class Sweeper:
         self, idle: float, errors: int, aliases: Sequence[str | None] | None
     ) -> tuple[float, int]:
         try:
-            report = self.sweep_all(aliases)
+            report = self.sweep_all(aliases, path="relay")
         except StoreError:
             logger.exception("celery-outbox: sweep failed; trying again")
             pause = min(max(idle, 0.1) * 2**errors, MAX_ERROR_BACKOFF.total_seconds())

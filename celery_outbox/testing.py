@@ -19,6 +19,7 @@ from typing import Any
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.memory_completions import MemoryCompletions
 from celery_outbox.memory_letters import MemoryDeadLetters
+from celery_outbox.memory_monitoring import MemoryMonitoring
 from celery_outbox.memory_transactions import MemoryTransactions
 from celery_outbox.memory_workflows import MemoryJoin, MemoryWorkflows
 from celery_outbox.records import (
@@ -37,9 +38,9 @@ from celery_outbox.workflows import StoredWorkflow
 _TRANSACTIONAL = ("rows", "letters", "completions", "workflows", "joins")
 
 
-class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters, MemoryWorkflows):
-    """Outbox rows, dead letters, completed atomic tasks, workflows and chord joins in
-    dictionaries, with transactions and savepoints."""
+class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters, MemoryWorkflows, MemoryMonitoring):
+    """Outbox rows, dead letters, completed atomic tasks, workflows, chord joins and the
+    last sweep in dictionaries, with transactions and savepoints."""
 
     def __init__(self, *, clock: Clock = utcnow) -> None:
         self.clock = clock
@@ -49,6 +50,7 @@ class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters, MemoryWorkflows)
         self.completions: dict[str, StoredCompletion] = {}
         self.workflows: dict[str, StoredWorkflow] = {}
         self.joins: dict[str, MemoryJoin] = {}
+        self.last_sweep_at: datetime | None = None
         self._running: set[str] = set()
         self._ids = itertools.count(1)
         self._lock = threading.RLock()

@@ -57,6 +57,7 @@ def install(is_step_task: IsStepTask) -> None:
             joining=_joining,
             joined_header=lambda app, members: joined_header(app, members, is_step_task),
             opening=lambda app, root_id, pieces: opening(app, root_id, pieces, is_step_task),
+            uncounted=handing_on,
         )
     )
 

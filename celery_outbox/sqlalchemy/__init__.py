@@ -32,6 +32,7 @@ from celery_outbox.sqlalchemy.tables import (
     delivery_table,
     metadata,
     outbox_table,
+    sweep_table,
     workflow_table,
 )
 from celery_outbox.sqlalchemy.types import UTCDateTime
@@ -50,5 +51,6 @@ __all__ = [
     "delivery_table",
     "metadata",
     "outbox_table",
+    "sweep_table",
     "workflow_table",
 ]

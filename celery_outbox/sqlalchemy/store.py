@@ -19,12 +19,15 @@ from celery_outbox.sqlalchemy import statements as sql
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
 from celery_outbox.sqlalchemy.completions import SQLAlchemyCompletions
 from celery_outbox.sqlalchemy.letters import SQLAlchemyDeadLetters
+from celery_outbox.sqlalchemy.monitoring import SQLAlchemyMonitoring
 from celery_outbox.sqlalchemy.tables import OutboxTables, default_tables
 from celery_outbox.sqlalchemy.workflows import SQLAlchemyWorkflows
 from celery_outbox.storage import PublishCallback, Supersedes
 
 
-class SQLAlchemyOutboxStore(SQLAlchemyCompletions, SQLAlchemyDeadLetters, SQLAlchemyWorkflows):
+class SQLAlchemyOutboxStore(
+    SQLAlchemyCompletions, SQLAlchemyDeadLetters, SQLAlchemyWorkflows, SQLAlchemyMonitoring
+):
     """The outbox store for SQLAlchemy applications (Flask, FastAPI, scripts).
 
     Dispatches join the caller's ``Session`` transaction, found in this order: a

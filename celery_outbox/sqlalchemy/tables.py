@@ -1,5 +1,5 @@
 """The outbox's tables (messages, dead letters, deliveries, completed tasks, workflows,
-chord joins), as SQLAlchemy Core ``Table`` objects.
+chord joins, the last sweep), as SQLAlchemy Core ``Table`` objects.
 
 They mirror ``django_outbox.models`` column for column (a parity test checks), so a
 Django project and a SQLAlchemy service can share one database. Hand :data:`metadata`
@@ -20,6 +20,7 @@ from celery_outbox.records import (
     DEAD_LETTER_TABLE,
     DELIVERY_TABLE,
     OUTBOX_TABLE,
+    SWEEP_TABLE,
     TASK_ID_MAX_LENGTH,
     TASK_NAME_MAX_LENGTH,
     WORKFLOW_TABLE,
@@ -44,11 +45,12 @@ class OutboxTables(NamedTuple):
     completed: Table
     workflow: Table
     chord_join: Table
+    sweep: Table
 
 
 def define_tables(metadata: MetaData) -> OutboxTables:
-    """Add the outbox, dead-letter, delivery, completed-task, workflow and chord-join
-    tables to ``metadata``; return them.
+    """Add the outbox, dead-letter, delivery, completed-task, workflow, chord-join and
+    sweep tables to ``metadata``; return them.
 
     Parameters
     ----------
@@ -64,6 +66,7 @@ def define_tables(metadata: MetaData) -> OutboxTables:
         _completed_table(metadata),
         _workflow_table(metadata),
         _chord_join_table(metadata),
+        _sweep_table(metadata),
     )
 
 
@@ -186,6 +189,16 @@ def _chord_join_table(metadata: MetaData) -> Table:
     )
 
 
+def _sweep_table(metadata: MetaData) -> Table:
+    # One row per database: when its sweep last recorded itself (celery_outbox.monitoring).
+    return Table(
+        SWEEP_TABLE,
+        metadata,
+        Column("name", String(64), primary_key=True),
+        Column("last_sweep_at", UTCDateTime, nullable=False),
+    )
+
+
 #: The library's own ``MetaData``, holding the tables.
 metadata = MetaData()
 #: The library's tables, on :data:`metadata` (what a store uses unless given others).
@@ -197,4 +210,5 @@ default_tables = define_tables(metadata)
     completed_table,
     workflow_table,
     chord_join_table,
+    sweep_table,
 ) = default_tables

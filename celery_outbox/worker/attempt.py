@@ -10,6 +10,8 @@ from typing import Any
 
 from celery import Task
 
+from celery_outbox import tracing
+from celery_outbox._compat import delivered_headers
 from celery_outbox.exceptions import OutboxConfigError
 
 #: Message header carrying the time of a task's first failure across its retries.
@@ -33,6 +35,8 @@ class Attempt:
     headers, links, limits), without its task id, ETA and retry count.
     ``first_failed_at`` is ``None`` until the task failed once. ``using`` is the
     database alias the task was dispatched with, ``None`` for the store's default.
+    ``trace`` is the trace context the message was delivered with (its headers, empty
+    without OpenTelemetry or a traced dispatch: :mod:`celery_outbox.tracing`).
     """
 
     task_name: str
@@ -45,6 +49,7 @@ class Attempt:
     delivery_info: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
     using: str | None = None
+    trace: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def redelivered(self) -> bool:
@@ -81,7 +86,8 @@ class Attempt:
             options.pop("exchange", None)
             options.pop("routing_key", None)
         options.update(extra)
-        merged = {**(options.get("headers") or {}), **headers}
+        # The delivered trace context, unless a span current at the resend replaces it.
+        merged = {**self.trace, **(options.get("headers") or {}), **headers}
         return {**options, "headers": merged, "eta": eta, "retries": retries}
 
     def with_arguments(self, args: Any, kwargs: Any, *, run: Callable[..., Any]) -> Attempt:
@@ -127,6 +133,7 @@ def attempt_from_request(task: Task[Any, Any], request: Any) -> Attempt:
         delivery_info=dict(request.delivery_info or {}),
         options=options,
         using=_text(getattr(request, USING_HEADER, None)),
+        trace=delivered_headers(request, tracing.fields()),
     )
 
 

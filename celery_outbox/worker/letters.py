@@ -14,8 +14,9 @@ from typing import Any
 
 from celery import Task
 
+from celery_outbox import tracing
 from celery_outbox.canvas_shape import canvas_options, workflow_root
-from celery_outbox.dead_letters import build_dead_letter
+from celery_outbox.dead_letters import TRACE_OPTION, build_dead_letter
 from celery_outbox.escaping import escape_letter, minimal_letter
 from celery_outbox.exceptions import (
     OutboxConfigError,
@@ -124,9 +125,15 @@ def write_redelivery_dead_letter(
 
 def _letter_options(attempt: Attempt) -> dict[str, Any]:
     """Where the message came from, and, for a workflow step, its place in the canvas
-    (``canvas``: a requeue resumes the workflow from there)."""
+    (``canvas``: a requeue resumes the workflow from there); the trace of the failed
+    run (its span, else the context it was delivered with: a requeue rejoins it)."""
     canvas = canvas_options(attempt.options, headers=(JOIN_HEADER,))
-    return {**attempt.routing(), **({"canvas": canvas} if canvas else {})}
+    trace = tracing.current_headers() or dict(attempt.trace)
+    return {
+        **attempt.routing(),
+        **({"canvas": canvas} if canvas else {}),
+        **({TRACE_OPTION: trace} if trace else {}),
+    }
 
 
 class _Refused(Exception):

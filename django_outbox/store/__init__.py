@@ -7,6 +7,7 @@ module                 what it holds
 :mod:`.calls`          the alias a call uses (an atomic task's own), error wrapping
 :mod:`.completions`    ``CompletedTask`` rows: atomic tasks run once per task id
 :mod:`.workflows`      ``Workflow`` rows and chord joins (durable canvases)
+:mod:`.monitoring`     the backlog and the sweep record, on the database's clock
 :mod:`.vendors`        the PostgreSQL and SQLite strategies; one chosen per alias
 :mod:`.orm`            the generic ORM strategy (MySQL/MariaDB and any other database)
 :mod:`.sql`            every raw SQL statement of the store

@@ -31,12 +31,13 @@ from django_outbox.settings import settings
 from django_outbox.store import batches, cleanup, commits, letters
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
 from django_outbox.store.completions import DjangoCompletions
+from django_outbox.store.monitoring import DjangoMonitoring
 from django_outbox.store.orm import messages
 from django_outbox.store.vendors import strategy_for
 from django_outbox.store.workflows import DjangoWorkflows
 
 
-class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows):
+class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring):
     """The ORM store ``django_outbox`` installs as the default store in ``ready()``."""
 
     # -- dispatch -----------------------------------------------------------------------

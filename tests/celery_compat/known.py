@@ -18,7 +18,8 @@ FAST = (
     " or test_chain_of_task_a_group_and_a_chord or test_group_lone"
     " or test_nested_group_chord_counting_simple or test_chord_order or test_nested_chord"
     " or test_chord_in_chords_with_chains or test_task_replacement or (test_chain and replace)"
-    " or test_apply_tasks or test_task_retried_once or test_basic_task)"
+    " or test_apply_tasks or test_task_retried_once or test_basic_task"
+    " or (test_chord and test_generator and 3))"
     " and not error and not errback and not _eb_ and not empty_chain"
 )
 

@@ -80,6 +80,7 @@ class MemoryHarness(Harness):
         self.memory.completions.clear()
         self.memory.workflows.clear()
         self.memory.joins.clear()
+        self.memory.last_sweep_at = None
 
 
 class SQLAlchemyHarness(Harness):

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from celery_outbox.records import MessageStatus
 from django_outbox.models import DeadLetter, OutboxMessage
-from tests.django.admin_app import make_letter
+from tests.django.admin_app import APP_PATH, make_letter
 
 pytestmark = pytest.mark.django_db
 
@@ -24,6 +24,13 @@ LETTERS = reverse("admin:django_outbox_deadletter_changelist")
 MESSAGES = reverse("admin:django_outbox_outboxmessage_changelist")
 MB = 1024 * 1024
 ROWS = 12
+
+
+@pytest.fixture(autouse=True)
+def _outbox_app(settings: Any) -> None:
+    """The admin's actions run through the test app (``tests.django.admin_app``), not
+    whichever app another test module happened to create first."""
+    settings.DJANGO_OUTBOX_CELERY_APP = APP_PATH
 
 
 @pytest.fixture

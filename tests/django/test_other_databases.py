@@ -161,3 +161,12 @@ def test_atomic_tasks_run_once_on_other_databases(
     assert sorted(state["completed"]) == [f"bump-{key}", f"flaky-{key}"]
     assert sorted(state["completed"].values()) == [1, 2]
     assert state["outbox_rows"] == 0
+
+
+def test_the_backlog_and_the_sweep_record_on_other_databases(other_database_url: str) -> None:
+    env = {"OUTBOX_DJANGO_DB_URL": other_database_url}
+    outcome = json.loads(run_django(["tests.django.monitoring_client"], env))
+    assert outcome["vendor"] == other_database_url.split(":")[0]
+    failed = {name: text for name, text in outcome["tests"].items() if text != "passed"}
+    assert failed == {}
+    assert len(outcome["tests"]) >= 10

@@ -104,24 +104,54 @@ def closed_port() -> int:
 
 def test_status_counts_rows_dead_letters_and_the_oldest_pending_age(use_app: Any) -> None:
     app = use_app("memory://", "status-q")
-    committed_rows(app, 3, created_at=now() - timedelta(seconds=90))
+    committed_rows(app, 4, created_at=now() - timedelta(seconds=90))
+    OutboxMessage.objects.filter(task_id="row-0").update(available_at=now() - timedelta(seconds=90))
     OutboxMessage.objects.filter(task_id="row-2").update(status=MessageStatus.FAILED.value)
+    OutboxMessage.objects.filter(task_id="row-3").update(available_at=now() + LONG_AGO)
     make_letter()
     make_letter(status="discarded")
 
     report = json.loads(outbox("status", "--json"))["default"]
     text = outbox("status")
 
-    assert report["messages"] == {"pending": 2, "published": 0, "failed": 1}
-    assert 90 <= report["oldest_pending_age"] < 120
+    assert {k: report[k] for k in ("pending", "parked", "failed")} == {
+        "pending": 2,
+        "parked": 1,
+        "failed": 1,
+    }
+    assert 90 <= report["oldest_pending_age_seconds"] < 120
+    assert report["last_sweep_age_seconds"] is None
     assert report["dead_letters"] == {"dead": 1, "requeued": 0, "discarded": 1}
-    assert report["completed_tasks"] == 0
-    assert "completed atomic tasks: 0" in text
-    assert "pending" in text
-    assert "oldest pending: 9" in text
-    assert "dead letters: dead 1, requeued 0, discarded 1" in text
+    assert report["completed"] == 0
     assert report["workflows"] == {"running": 0, "succeeded": 0, "failed": 0}
+    assert set(report) == {
+        "pending",
+        "parked",
+        "failed",
+        "oldest_pending_age_seconds",
+        "last_sweep_age_seconds",
+        "dead_letters",
+        "completed",
+        "workflows",
+    }
+    assert "  pending            2  (due now)\n" in text
+    assert "  parked             1  (due later)\n" in text
+    assert "oldest pending: waiting 9" in text
+    assert "last sweep: never recorded" in text
+    assert "completed atomic tasks: 0" in text
+    assert "dead letters: dead 1, requeued 0, discarded 1" in text
     assert "workflows: running 0, succeeded 0, failed 0" in text
+
+
+def test_status_shows_the_last_sweep(use_app: Any) -> None:
+    use_app("memory://", "status-sweep-q")
+    outbox("sweep")
+
+    report = json.loads(outbox("status", "--json"))["default"]
+
+    assert 0 <= report["last_sweep_age_seconds"] < 30
+    assert report["oldest_pending_age_seconds"] is None
+    assert "last sweep: 0." in outbox("status")
 
 
 def test_status_counts_workflows_by_status(use_app: Any) -> None:
@@ -155,7 +185,7 @@ def test_a_row_past_its_publish_attempts_is_failed_and_counted_by_status(use_app
     assert (row.status, row.attempts) == (MessageStatus.FAILED.value, 2)
     assert "Error" in row.last_error
     report = json.loads(outbox("status", "--json"))["default"]
-    assert report["messages"]["failed"] == 1
+    assert report["failed"] == 1
 
 
 # -- sweep ---------------------------------------------------------------------------------
@@ -310,7 +340,7 @@ def test_status_counts_and_purge_deletes_completed_tasks_in_batches(use_app: Any
     completed_tasks(2, completed_at=now(), prefix="new")
     committed_rows(use_app("memory://", "purge-completed-q"), 1, created_at=now() - LONG_AGO)
     OutboxMessage.objects.update(status=MessageStatus.PUBLISHED.value)
-    assert json.loads(outbox("status", "--json"))["default"]["completed_tasks"] == 7
+    assert json.loads(outbox("status", "--json"))["default"]["completed"] == 7
     assert "completed atomic tasks: 7" in outbox("status")
 
     assert outbox("purge", "--completed", "--older-than", "86400", "--batch", "2") == (
@@ -321,7 +351,7 @@ def test_status_counts_and_purge_deletes_completed_tasks_in_batches(use_app: Any
     assert outbox("purge", "--completed", "--older-than", "0") == (
         "default: purged 2 completed task(s)\n"
     )
-    assert json.loads(outbox("status", "--json"))["default"]["completed_tasks"] == 0
+    assert json.loads(outbox("status", "--json"))["default"]["completed"] == 0
 
 
 # -- errors --------------------------------------------------------------------------------

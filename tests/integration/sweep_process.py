@@ -69,9 +69,9 @@ def slow_down(relay: Any, delay: float) -> None:
     producers.batch_publish = False
     publish_one = producers.publish_one
 
-    def slow(*args: Any) -> None:
+    def slow(*args: Any, **kwargs: Any) -> None:
         time.sleep(delay)
-        publish_one(*args)
+        publish_one(*args, **kwargs)
 
     producers.publish_one = slow
 

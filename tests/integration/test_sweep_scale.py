@@ -104,7 +104,10 @@ def test_an_empty_sweep_over_a_million_kept_rows_uses_an_index(
         app=app, store=store_for(app), relay=relay_for(app), config=OutboxConfig.from_celery(app)
     )
 
-    statements = _statements_of(engine, sweeper.sweep)
+    seen = _statements_of(engine, sweeper.sweep)
+    # The first sweep also reads and writes the sweep record (one row, its own table).
+    statements = [s for s in seen if "celery_outbox_sweep" not in s[0]]
+    assert len(seen) - len(statements) <= 2
     timings = _timings(sweeper.sweep, runs=30)
     plan = _explain(engine, *statements[0])
 

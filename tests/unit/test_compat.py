@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from celery import Celery, Task
+from celery import Celery, Task, group
 from celery.result import AsyncResult
 
 from celery_outbox import _compat
@@ -218,3 +218,45 @@ def test_a_groups_root_id_option_becomes_every_members_root(app: Celery) -> None
         group(m.s(), chain(m.s(), m.s()), app=app), task_id="g1", root_id="g1"
     )
     assert [options["root_id"] for options in _Recording.sent] == ["g1", "g1"]
+
+
+def test_a_delivered_messages_headers_are_attributes_of_the_tasks_request(
+    app: Celery, queue_name: str
+) -> None:
+    # How a worker hands a message header to the running task: as an attribute of its
+    # request (not in request.headers); the Celery instrumentation reads the trace there too.
+    from celery.worker.request import Request
+    from kombu import Connection, Queue
+
+    app.conf.task_default_queue = queue_name
+    seen: list[dict[str, str]] = []
+
+    @app.task(name="compat.headers", shared=False, bind=True)
+    def headers(self: Task[Any, Any]) -> None:
+        seen.append(_compat.delivered_headers(self.request, ["traceparent", "absent", "id"]))
+
+    body, publish, _ = _compat.capture_message(
+        headers, (), {}, task_id="h1", options={"headers": {"traceparent": "00-abc-def-01"}}
+    )
+    with Connection("memory://") as conn:
+        producer = app.amqp.Producer(conn)
+        producer.publish(body, **{**publish, "retry": False})
+        message = Queue(queue_name)(conn.default_channel).get(no_ack=True)
+        assert message is not None
+        Request(message, app=app, task=headers).execute()
+
+    assert seen == [{"traceparent": "00-abc-def-01", "id": "h1"}]
+
+
+def test_a_groups_generator_is_a_regen_that_says_when_it_is_drawn_to_its_end(
+    app: Celery,
+) -> None:
+    # drawn_lazily() reads celery.utils.functional._regen's private "done" flag.
+    def members() -> Any:
+        yield from (app.signature("t", (n,)) for n in range(3))
+
+    lazy = group(members())
+    assert _compat.drawn_lazily(lazy.tasks)
+    assert len(list(lazy.tasks)) == 3
+    assert not _compat.drawn_lazily(lazy.tasks)
+    assert not _compat.drawn_lazily(group([app.signature("t")]).tasks)

@@ -82,9 +82,9 @@ def parts_of(sender: Producers, monkeypatch: pytest.MonkeyPatch) -> list[list[in
     parts: list[list[int]] = []
     send_part = sender._send_part
 
-    def recorded(pending: Sequence[StoredMessage]) -> Sent:
+    def recorded(pending: Sequence[StoredMessage], path: str) -> Sent:
         parts.append([m.id for m in pending])
-        return send_part(pending)
+        return send_part(pending, path)
 
     monkeypatch.setattr(sender, "_send_part", recorded)
     return parts
@@ -96,7 +96,7 @@ def test_a_pass_publishes_every_row_in_parts_of_the_byte_budget(
     sender = producers(app, batch_bytes=2 * len(row(app, 1).payload))  # two rows per part
     parts = parts_of(sender, monkeypatch)
     try:
-        sent = sender.send([row(app, n) for n in (1, 2, 3)])
+        sent = sender.send([row(app, n) for n in (1, 2, 3)], path="sweep")
     finally:
         sender.close()
 
@@ -113,7 +113,7 @@ def test_a_pass_stops_at_the_first_part_the_broker_took_nothing_of(
     parts = parts_of(sender, monkeypatch)
     rows = [row(app, n, payload="x" * 40_000) for n in range(1, 6)]
 
-    sent = sender.send(rows)
+    sent = sender.send(rows, path="sweep")
 
     assert parts == [[1, 2]]
     assert sent.published == []
@@ -126,7 +126,7 @@ def test_publish_message_raises_what_the_broker_raised(app: Celery, closed_port:
     sender = producers(app, timeout=0.5)
 
     with pytest.raises(Exception, match=r"refused|Connection|connect"):
-        sender.publish_message(message(app, 1))
+        sender.publish_message(message(app, 1), path="eta")
 
 
 def test_a_message_ttl_counts_from_its_publish(app: Celery, queue_name: str) -> None:
@@ -145,7 +145,7 @@ def test_a_message_ttl_counts_from_its_publish(app: Celery, queue_name: str) -> 
         clock=lambda: NOW + timedelta(seconds=45),
     )
     try:
-        later.publish_message(replace(built, options=options))
+        later.publish_message(replace(built, options=options), path="eta")
     finally:
         later.close()
 
@@ -205,9 +205,9 @@ def test_one_row_on_redis_is_published_without_a_pipeline(
     sender = producers(redis_app)
     made = batches_made(sender, monkeypatch)
     try:
-        assert sender.send([row(redis_app, 1)]).published == [1]
+        assert sender.send([row(redis_app, 1)], path="commit").published == [1]
         assert made == []
-        assert sender.send([row(redis_app, n) for n in (2, 3)]).published == [2, 3]
+        assert sender.send([row(redis_app, n) for n in (2, 3)], path="commit").published == [2, 3]
         assert len(made) == 1  # several rows: one pipeline
     finally:
         sender.close()
@@ -222,15 +222,15 @@ def test_one_row_whose_publish_failed_is_tried_once_more_on_a_fresh_connection(
     first = sender._local.connection
     publish_one, calls = sender.publish_one, []
 
-    def flaky(producer: object, message: NewMessage, deadline: object) -> None:
+    def flaky(producer: object, message: NewMessage, deadline: object, *, path: str) -> None:
         calls.append(message.task_id)
         if len(calls) == 1:
             raise ConnectionResetError("the broker closed an idle connection")
-        publish_one(producer, message, deadline)  # type: ignore[arg-type]
+        publish_one(producer, message, deadline, path=path)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sender, "publish_one", flaky)
     try:
-        sent = sender.send([row(redis_app, 1)])
+        sent = sender.send([row(redis_app, 1)], path="commit")
         assert sender._local.connection is not first
     finally:
         sender.close()
@@ -245,13 +245,13 @@ def test_one_row_whose_publish_timed_out_is_not_tried_again(
     sender = producers(redis_app)
     calls: list[str] = []
 
-    def stalled(producer: object, message: NewMessage, deadline: object) -> None:
+    def stalled(producer: object, message: NewMessage, deadline: object, *, path: str) -> None:
         calls.append(message.task_id)
         raise TimeoutError("the broker stalls")
 
     monkeypatch.setattr(sender, "publish_one", stalled)
     try:
-        sent = sender.send([row(redis_app, 1)])
+        sent = sender.send([row(redis_app, 1)], path="commit")
     finally:
         sender.close()
     assert sent.published == []

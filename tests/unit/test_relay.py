@@ -98,7 +98,7 @@ class ScriptedProducers:
     def close(self) -> None:
         pass
 
-    def send(self, messages: Sequence[StoredMessage]) -> Sent:
+    def send(self, messages: Sequence[StoredMessage], *, path: str) -> Sent:
         self.sent.append([m.task_id for m in messages])
         done = Sent()
         for m in messages:

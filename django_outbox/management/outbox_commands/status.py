@@ -1,17 +1,25 @@
-"""``outbox status``: rows by state, the oldest pending row's age, the dead letters, the
-completed atomic tasks (``CompletedTask`` rows) and the workflows by status."""
+"""``outbox status``: the rows still to publish (due, parked, failed), the oldest due
+row's wait, the last sweep, the dead letters, the completed atomic tasks
+(``CompletedTask`` rows) and the workflows by status.
+
+``--json`` prints the same as data, one object per database alias, with the keys of
+DESIGN.md: ``pending`` (due now), ``parked`` (due later), ``failed``,
+``oldest_pending_age_seconds``, ``dead_letters`` (by status), ``completed``,
+``workflows`` (by status), and ``last_sweep_age_seconds``. Ages are on the database's
+clock, ``null`` when there is nothing to age. Every count is a bounded, indexed query.
+"""
 
 from __future__ import annotations
 
 import json
 from argparse import ArgumentParser
+from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db.models import Count
 
-from celery_outbox.clock import utcnow
-from celery_outbox.records import DeadLetterStatus, MessageStatus
+from celery_outbox.records import DeadLetterStatus
 from celery_outbox.storage import OutboxStore
 from django_outbox.management.outbox_commands._context import (
     add_database_argument,
@@ -20,8 +28,8 @@ from django_outbox.management.outbox_commands._context import (
 )
 
 HELP = (
-    "Count outbox rows by state, dead letters by status, completed atomic tasks and "
-    "workflows by status; show the oldest pending age."
+    "Count the rows due, parked and failed, dead letters by status, completed atomic tasks "
+    "and workflows by status; show the oldest due row's wait and the last sweep."
 )
 
 
@@ -41,17 +49,17 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
 
 
 def status_of(store: OutboxStore, alias: str) -> dict[str, Any]:
-    """Counts, oldest pending age (seconds), dead letters, completed atomic tasks and
-    workflows of database ``alias``."""
-    counts = store.count_by_status(using=alias)
-    oldest = store.oldest_pending(using=alias)
+    """The status of database ``alias``, keyed as DESIGN.md lists it."""
+    backlog = store.backlog(using=alias)
+    last = store.last_sweep(using=alias)
     return {
-        "messages": {s.value: counts.get(s, 0) for s in MessageStatus},
-        "oldest_pending_age": None
-        if oldest is None
-        else round((utcnow() - oldest).total_seconds(), 3),
+        "pending": backlog.due,
+        "parked": backlog.parked,
+        "failed": backlog.failed,
+        "oldest_pending_age_seconds": _seconds(backlog.oldest_due_age),
+        "last_sweep_age_seconds": None if last is None else _seconds(last.age),
         "dead_letters": dead_letter_counts(alias),
-        "completed_tasks": store.count_completed(using=alias),
+        "completed": store.count_completed(using=alias),
         "workflows": dict(store.count_workflows(using=alias)),
     }
 
@@ -67,13 +75,20 @@ def dead_letter_counts(alias: str) -> dict[str, int]:
 
 def format_status(alias: str, status: dict[str, Any]) -> str:
     """The human-readable block of one alias."""
-    age = status["oldest_pending_age"]
     lines = [f"database {alias}:"]
-    lines += [f"  {state:<10}{count:>10}" for state, count in status["messages"].items()]
-    lines.append(f"  oldest pending: {'-' if age is None else f'{age:.1f} s ago'}")
+    lines.append(f"  {'pending':<10}{status['pending']:>10}  (due now)")
+    lines.append(f"  {'parked':<10}{status['parked']:>10}  (due later)")
+    lines.append(f"  {'failed':<10}{status['failed']:>10}")
+    waiting, swept = status["oldest_pending_age_seconds"], status["last_sweep_age_seconds"]
+    lines.append(f"  oldest pending: {'-' if waiting is None else f'waiting {waiting:.1f} s'}")
+    lines.append(f"  last sweep: {'never recorded' if swept is None else f'{swept:.1f} s ago'}")
     letters = ", ".join(f"{s} {n}" for s, n in status["dead_letters"].items())
     lines.append(f"  dead letters: {letters}")
-    lines.append(f"  completed atomic tasks: {status['completed_tasks']}")
+    lines.append(f"  completed atomic tasks: {status['completed']}")
     workflows = ", ".join(f"{s} {n}" for s, n in status["workflows"].items())
     lines.append(f"  workflows: {workflows}")
     return "\n".join(lines)
+
+
+def _seconds(age: timedelta | None) -> float | None:
+    return None if age is None else round(age.total_seconds(), 3)

@@ -1,0 +1,82 @@
+"""Enqueue cost of the ``django.tasks`` backend: ``my_task.enqueue()`` against
+``OutboxTask.delay()``, both inside ``transaction.atomic()`` on PostgreSQL with Redis.
+
+Both sides write the same outbox row and publish it on commit; the backend adds Django's
+validation, its ``TaskResult`` (JSON-normalised arguments), the priority mapping and the
+``task_enqueued`` signal. Rounds alternate the two sides; the ratio is of the medians.
+Needs Django >= 6.0 (Python >= 3.12): on an older Django it reports why it was skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from typing import Any
+
+from benchmarks import env
+from benchmarks.stats import median, ratio
+
+#: (case name, tasks per transaction, target ratio).
+CASES = (("1/txn", 1, 0.9), ("100/txn", 100, 0.9))
+#: ``TASKS`` of the benchmark: the outbox backend on the benchmark's Celery app.
+TASKS = {"default": {"BACKEND": "django_outbox.tasks.OutboxBackend"}}
+
+
+def _round(django_task: Any, tasks: int, per_txn: int) -> float:
+    from django.db import transaction
+
+    from benchmarks.app import outbox_noop
+
+    started = time.perf_counter()
+    for first in range(0, tasks, per_txn):
+        with transaction.atomic():
+            for i in range(first, first + per_txn):
+                if django_task is None:
+                    outbox_noop.delay(i)
+                else:
+                    django_task.enqueue(i)
+    return tasks / (time.perf_counter() - started)
+
+
+def run(*, tasks: int, rounds: int) -> list[dict[str, Any]]:
+    """Measure each case; one result row per case (one ``skipped`` row on Django < 6)."""
+    if importlib.util.find_spec("django.tasks") is None:
+        reason = "needs Django >= 6.0 (django.tasks), hence Python >= 3.12"
+        return [{"benchmark": "django tasks", "case": "enqueue", "skipped": reason}]
+    from django.test.utils import override_settings
+
+    with override_settings(TASKS=TASKS):
+        from benchmarks.django_tasks_app import noop
+
+        return _measure(noop, tasks=tasks, rounds=rounds)
+
+
+def _measure(django_task: Any, *, tasks: int, rounds: int) -> list[dict[str, Any]]:
+    env.reset_outbox()
+    env.purge_broker()
+    _round(None, 200, 100)  # warm-up: connections, imports, caches
+    _round(django_task, 200, 100)
+    rows = []
+    for case, per_txn, target in CASES:
+        count = max(per_txn, tasks // per_txn * per_txn)
+        plain, ours = [], []
+        for _ in range(rounds):
+            plain.append(_round(None, count, per_txn))
+            ours.append(_round(django_task, count, per_txn))
+            env.purge_broker()
+        rows.append(
+            {
+                "benchmark": "django tasks",
+                "case": f"enqueue() vs delay() {case}",
+                "unit": "tasks/s",
+                "tasks": count,
+                "rounds": rounds,
+                "plain": median(plain),
+                "ours": median(ours),
+                "ratio": ratio(median(ours), median(plain)),
+                "target": target,
+                "samples": {"plain": plain, "ours": ours},
+            }
+        )
+    env.reset_outbox()
+    return rows

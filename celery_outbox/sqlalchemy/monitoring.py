@@ -1,0 +1,132 @@
+"""The backlog and the sweep record on SQLAlchemy, on the database's clock.
+
+The clock is ``now()`` on PostgreSQL and ``UTC_TIMESTAMP(6)`` on MySQL/MariaDB; SQLite
+is a file on one host, so the store's clock is the database's. The sweep record is
+read first and written only when it is older than asked, with a compare-and-set
+``UPDATE`` (or an insert that ignores a conflict for the first one): a skipped record
+writes and locks nothing, and concurrent sweepers never fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Table,
+    bindparam,
+    case,
+    func,
+    insert,
+    literal,
+    literal_column,
+    select,
+    type_coerce,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
+from celery_outbox.records import MessageStatus
+from celery_outbox.sqlalchemy.boundary import store_errors
+from celery_outbox.sqlalchemy.tables import OutboxTables
+from celery_outbox.sqlalchemy.types import UTCDateTime
+from celery_outbox.storage import OutboxStore
+
+PENDING = MessageStatus.PENDING.value
+FAILED = MessageStatus.FAILED.value
+
+
+class SQLAlchemyMonitoring(OutboxStore):
+    """The monitoring reads and the sweep record of
+    :class:`~celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`."""
+
+    engine: Engine
+    tables: OutboxTables
+    clock: Callable[[], datetime]
+
+    def backlog(self, *, using: str | None = None) -> Backlog:
+        table = self.tables.outbox
+        with store_errors("read the outbox backlog"), self.engine.connect() as conn:
+            now_expr = self._now(conn)
+            later = _count(table, table.c.status == PENDING, table.c.available_at > now_expr)
+            gave_up = _count(table, table.c.status == FAILED)
+            now, parked, failed = conn.execute(select(now_expr, later, gave_up)).one()
+            due, since = conn.execute(_due_query(table), {"now": now}).one()
+        return Backlog(
+            due=int(due),
+            parked=int(parked),
+            failed=int(failed),
+            oldest_due_age=None if since is None else now - since,
+        )
+
+    def keeps_sweeps(self) -> bool:
+        """``True``: the ``celery_outbox_sweep`` table records the last sweep."""
+        return True
+
+    def record_sweep(self, *, every: timedelta, using: str | None = None) -> bool:
+        table = self.tables.sweep
+        with store_errors("record the sweep"), self.engine.begin() as conn:
+            now, last = self._read_sweep(conn)
+            if last is not None and now - last < every:
+                return False
+            if last is None:
+                return _insert_absent(conn, table, now)
+            swap = (
+                update(table)
+                .where(table.c.name == SWEEP_NAME, table.c.last_sweep_at == last)
+                .values(last_sweep_at=now)
+            )
+            return bool(conn.execute(swap).rowcount)
+
+    def last_sweep(self, *, using: str | None = None) -> LastSweep | None:
+        with store_errors("read the last sweep"), self.engine.connect() as conn:
+            now, last = self._read_sweep(conn)
+        return None if last is None else LastSweep(at=last, age=max(now - last, timedelta(0)))
+
+    def _read_sweep(self, conn: Connection) -> tuple[datetime, datetime | None]:
+        c = self.tables.sweep.c
+        last = select(c.last_sweep_at).where(c.name == SWEEP_NAME).scalar_subquery()
+        now, at = conn.execute(select(self._now(conn), last)).one()
+        return now, at
+
+    def _now(self, conn: Connection) -> ColumnElement[datetime]:
+        """The database's current time as a column (the store's clock on SQLite)."""
+        dialect = conn.dialect.name
+        if dialect == "postgresql":
+            return type_coerce(func.now(), UTCDateTime())
+        if dialect in ("mysql", "mariadb"):
+            return type_coerce(func.utc_timestamp(literal_column("6")), UTCDateTime())
+        return literal(self.clock(), UTCDateTime())
+
+
+def _count(table: Table, *where: ColumnElement[bool]) -> Any:
+    return select(func.count()).select_from(table).where(*where).scalar_subquery()
+
+
+def _due_query(table: Table) -> Any:
+    """How many pending rows are due at ``:now``, and since when the longest-waiting one
+    waits (its due time, or its creation once a publish failed)."""
+    c = table.c
+    now = bindparam("now", type_=UTCDateTime())
+    since = case((c.attempts > 0, c.created_at), else_=c.available_at)
+    return select(func.count(), type_coerce(func.min(since), UTCDateTime())).where(
+        c.status == PENDING, c.available_at <= now
+    )
+
+
+def _insert_absent(conn: Connection, table: Table, now: datetime) -> bool:
+    """Write the first record of the sweep, doing nothing when another sweeper wrote it
+    first; whether it wrote (``RETURNING``: the driver's row count of an ``INSERT ... ON
+    CONFLICT DO NOTHING`` is not reliable; MySQL's ``INSERT IGNORE`` counts it right)."""
+    values = {"name": SWEEP_NAME, "last_sweep_at": now}
+    dialect = conn.dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        make = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        absent = make(table).values(values).on_conflict_do_nothing().returning(table.c.name)
+        return conn.execute(absent).first() is not None
+    return bool(conn.execute(insert(table).values(values).prefix_with("IGNORE")).rowcount)

@@ -1,0 +1,112 @@
+"""The backlog and the sweep record in the Django store, on the database's clock.
+
+The clock is ``statement_timestamp()`` on PostgreSQL and ``UTC_TIMESTAMP(6)`` on
+MySQL/MariaDB (one ``SELECT``); on SQLite and other databases, this process's clock.
+The sweep record is read first and written only when it is older than asked: a
+compare-and-set ``UPDATE`` on the value read (an ``INSERT`` in a savepoint for the
+first record, losing quietly to a concurrent one), so a skipped record writes and locks
+nothing and concurrent sweepers never fail.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import cast
+
+from django.db import IntegrityError, connections, transaction
+from django.db.models import Case, Count, F, Min, When
+
+from celery_outbox.clock import utcnow
+from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
+from celery_outbox.records import MessageStatus
+from celery_outbox.storage import OutboxStore
+from django_outbox.models import SweepRecord
+from django_outbox.store.calls import alias_of, refresh_connection, store_errors
+from django_outbox.store.orm import messages
+
+#: When a due row started waiting: its due time, or its creation once a publish failed.
+_WAITING_SINCE = Case(When(attempts__gt=0, then=F("created_at")), default=F("available_at"))
+#: How each vendor reads its clock (others: this process's clock).
+_NOW_SQL = {"postgresql": "SELECT statement_timestamp()", "mysql": "SELECT UTC_TIMESTAMP(6)"}
+
+
+def database_now(alias: str) -> datetime:
+    """The current time of database ``alias``, aware UTC."""
+    connection = connections[alias]
+    query = _NOW_SQL.get(connection.vendor)
+    if query is None:
+        return utcnow()
+    with connection.cursor() as cursor:
+        cursor.execute(query)
+        now = cast(datetime, cursor.fetchone()[0])
+    return now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc)
+
+
+class DjangoMonitoring(OutboxStore):
+    """The monitoring half of :class:`~django_outbox.store.DjangoOutboxStore`."""
+
+    def backlog(self, *, using: str | None = None) -> Backlog:
+        """Four short reads: the clock, the parked, the failed and the due rows."""
+        alias = alias_of(using)
+        refresh_connection(alias)
+        with store_errors("read the outbox backlog"):
+            now = database_now(alias)
+            pending = messages(alias).pending()
+            parked = pending.filter(available_at__gt=now).count()
+            failed = messages(alias).filter(status=MessageStatus.FAILED.value).count()
+            waiting_since = Case(
+                When(attempts__gt=0, then=F("created_at")), default=F("available_at")
+            )
+            due = pending.filter(available_at__lte=now).aggregate(
+                count=Count("id"), since=Min(waiting_since)
+            )
+        since: datetime | None = due["since"]
+        return Backlog(
+            due=due["count"],
+            parked=parked,
+            failed=failed,
+            oldest_due_age=None if since is None else now - since,
+        )
+
+    def keeps_sweeps(self) -> bool:
+        """Always: the ``celery_outbox_sweep`` table records the last sweep."""
+        return True
+
+    def record_sweep(self, *, every: timedelta, using: str | None = None) -> bool:
+        """Read the record, then write it when it is older than ``every`` (see the module)."""
+        alias = alias_of(using)
+        refresh_connection(alias)
+        records = SweepRecord.objects.using(alias)
+        with store_errors("record the sweep"):
+            now, last = database_now(alias), _last_sweep_at(alias)
+            if last is not None and now - last < every:
+                return False
+            if last is not None:
+                swap = records.filter(name=SWEEP_NAME, last_sweep_at=last)
+                return bool(swap.update(last_sweep_at=now))
+            try:
+                with transaction.atomic(using=alias):
+                    records.create(name=SWEEP_NAME, last_sweep_at=now)
+            except IntegrityError:  # another sweeper recorded the first sweep meanwhile
+                return False
+            return True
+
+    def last_sweep(self, *, using: str | None = None) -> LastSweep | None:
+        """The record and the database's clock: two short reads."""
+        alias = alias_of(using)
+        refresh_connection(alias)
+        with store_errors("read the last sweep"):
+            last = _last_sweep_at(alias)
+            if last is None:
+                return None
+            return LastSweep(at=last, age=max(database_now(alias) - last, timedelta(0)))
+
+
+def _last_sweep_at(alias: str) -> datetime | None:
+    found: datetime | None = (
+        SweepRecord.objects.using(alias)
+        .filter(name=SWEEP_NAME)
+        .values_list("last_sweep_at", flat=True)
+        .first()
+    )
+    return found

@@ -1,0 +1,1 @@
+"""Tests of the ``django.tasks`` backend (``django_outbox.tasks``)."""
