@@ -49,11 +49,6 @@ def locking(rows: models.QuerySet[_M], *, skip_locked: bool) -> models.QuerySet[
 class OrmStrategy:
     """Outbox rows through the ORM: the behaviour every other strategy must match."""
 
-    #: Whether the on-commit publisher's ``DELETE`` may run on another connection, off
-    #: the caller's thread (:mod:`~django_outbox.store.cleanup`). Not on SQLite, whose one
-    #: writer at a time would make the caller's next write wait for it.
-    removes_off_thread = False
-
     def insert(self, message: NewMessage, *, alias: str) -> int | None:
         """Insert ``message``; its row id, or ``None`` when its task id is already pending.
 

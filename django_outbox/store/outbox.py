@@ -150,14 +150,14 @@ class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring):
     ) -> int:
         """Delete (or mark ``published``) the still-leased rows of ``ids``: one statement.
 
-        In the on-commit publisher, outside any transaction, on PostgreSQL, the statement
-        runs off this thread, right after (:mod:`~django_outbox.store.cleanup`); then the
-        count is of the rows handed over.
+        In the on-commit publisher, outside any transaction, the statement runs off this
+        thread, right after (:mod:`~django_outbox.store.cleanup`); then the count is of
+        the rows handed over.
         """
         alias = alias_of(using)
         if not ids:
             return 0
-        if commits.publishing_after_commit(alias) and _removes_off_thread(alias):
+        if commits.publishing_after_commit(alias) and _autocommitting(alias):
             removal = cleanup.Removal(
                 claim=claim, ids=tuple(ids), now=now, keep=keep, alias=alias, mark=self._mark
             )
@@ -287,11 +287,7 @@ class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring):
             return letters.discard_dead_letter(letter_id, alias=alias_of(using))
 
 
-def _removes_off_thread(alias: str) -> bool:
+def _autocommitting(alias: str) -> bool:
     # Another connection sees this one's rows only once they are committed.
     connection = connections[alias]
-    return (
-        strategy_for(alias).removes_off_thread
-        and not connection.in_atomic_block
-        and connection.get_autocommit()
-    )
+    return not connection.in_atomic_block and connection.get_autocommit()

@@ -41,8 +41,6 @@ class PostgreSQLStrategy(OrmStrategy):
     ORM path, which locks inside that block.
     """
 
-    removes_off_thread = True
-
     def insert(self, message: NewMessage, *, alias: str) -> int | None:
         """Insert ``message`` unless its task id is already pending (one statement)."""
         return sql.upsert(message, alias=alias)

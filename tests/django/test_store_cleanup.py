@@ -19,8 +19,6 @@ from celery_outbox.exceptions import StoreError
 from celery_outbox.records import Claim, MessageStatus, StoredMessage
 from django_outbox.models import OutboxMessage
 from django_outbox.store import cleanup, commits
-from django_outbox.store.orm import OrmStrategy
-from django_outbox.store.vendors import PostgreSQLStrategy, SQLiteStrategy
 from tests.contract.factories import new_message
 from tests.django.helpers import postgres_only
 
@@ -292,19 +290,3 @@ def test_closing_waits_for_the_removals_and_closes_the_threads_connections(store
         again = dispatch(store, remover)  # a closed thread connection opens again
     assert cleanup.flush(10)
     assert again not in rows()
-
-
-def test_only_postgresql_removes_off_the_callers_thread(
-    store: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # SQLite has one writer at a time: a DELETE on another connection would make the
-    # caller's next write wait for it.
-    assert PostgreSQLStrategy.removes_off_thread
-    assert not SQLiteStrategy.removes_off_thread
-    assert not OrmStrategy.removes_off_thread
-    monkeypatch.setattr(PostgreSQLStrategy, "removes_off_thread", False)
-    remover = Remover(store)
-    with transaction.atomic():
-        written = dispatch(store, remover)
-    assert remover.statements == [1]
-    assert written not in rows()
