@@ -175,18 +175,12 @@ def django_db_service() -> None:
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_service: None, django_db_setup: None) -> Iterator[None]:
+def django_db_setup(django_db_service: None, django_db_setup: None) -> None:
     """pytest-django's test database setup, once the database service is known to answer.
 
     Overrides pytest-django's fixture (requested as the argument of the same name), so the
     service rule holds for every Django test, in ``tests/django`` and ``tests/contract`` alike.
-    Before the test databases are dropped, the thread removing published rows
-    (``django_outbox.store.cleanup``) closes its connections to them.
     """
-    yield
-    from django_outbox.store import cleanup
-
-    assert cleanup.close(10)
 
 
 # --- queues and workers ---------------------------------------------------------------------

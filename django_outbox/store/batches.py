@@ -46,8 +46,11 @@ class CommitBatch:
         """Publish every row of the batch; all of them known committed when nothing that
         could have taken one away happened since the batch began."""
         messages = tuple(self.messages)
-        sure = self.doubts.count == self.mark
-        with commits.after_commit(self.alias, frozenset(m.id for m in messages if sure)):
+        known = frozenset(m.id for m in messages) if self.doubts.count == self.mark else None
+        if known is None:
+            self.publish(messages)
+            return
+        with commits.known_committed(self.alias, known):
             self.publish(messages)
 
     def is_registered(self, connection: Any) -> bool:
@@ -62,10 +65,7 @@ def defer(message: StoredMessage, publish: PublishCallback, *, using: str) -> No
     """
     connection = transaction.get_connection(using)
     if not connection.in_atomic_block:
-        # Written in autocommit mode: committed already (not so in manual transactions).
-        known = frozenset({message.id}) if connection.get_autocommit() else frozenset()
-        with commits.after_commit(using, known):
-            publish((message,))
+        publish((message,))
         return
     batches: dict[Hashable, CommitBatch] = getattr(connection, _BATCHES_ATTR, None) or {}
     key = publisher_key(publish)

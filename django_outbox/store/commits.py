@@ -12,11 +12,9 @@ So each connection counts the statements that might have done so: every statemen
 own rollbacks and hand-written ones are seen alike), every statement that raised, and
 every superseding insert (:func:`doubt`). A batch notes the count when its first row is
 deferred (:func:`watch`); when its on-commit callback runs and the count has not moved,
-every row of the batch was committed. While that callback runs (:func:`after_commit`),
-:func:`committed_rows` names them, and the store answers ``still_leased`` for them
-without a statement; when the count moved, the rows are read back, as before. The store
-also removes published rows off the caller's thread there (:func:`publishing_after_commit`,
-:mod:`~django_outbox.store.cleanup`). A ``ROLLBACK`` sent on the raw DBAPI
+every row of the batch was committed, and while that callback runs :func:`committed_rows`
+names them: the store answers ``still_leased`` for them without a statement. When the
+count moved, the rows are read back, as before. A ``ROLLBACK`` sent on the raw DBAPI
 connection (``connection.connection.cursor()``) bypasses Django's cursor and is not seen.
 """
 
@@ -34,9 +32,9 @@ from django_outbox._compat import add_execute_wrapper
 _DOUBTS_ATTR = "_django_outbox_doubts"
 #: Statements that may roll rows back (matched anywhere: a false match only costs a read).
 _ROLLBACK = re.compile(r"\b(ROLLBACK|ABORT)\b", re.IGNORECASE)
-#: The database alias whose on-commit publisher runs, and the ids of the rows known committed.
-_running: ContextVar[tuple[str, frozenset[int]] | None] = ContextVar(
-    "django_outbox_after_commit", default=None
+#: The database alias and the ids of the rows known committed, while their callback runs.
+_committed: ContextVar[tuple[str, frozenset[int]]] = ContextVar(
+    "django_outbox_committed", default=("", frozenset())
 )
 
 
@@ -81,25 +79,17 @@ def doubt(connection: Any) -> None:
 
 
 @contextlib.contextmanager
-def after_commit(alias: str, known: frozenset[int] = frozenset()) -> Iterator[None]:
-    """The block is the on-commit publisher of database ``alias``, run after the commit
-    that wrote its rows (or outside a transaction, after they were written); ``known``:
-    those rows known committed."""
-    token = _running.set((alias, known))
+def known_committed(alias: str, ids: frozenset[int]) -> Iterator[None]:
+    """Within the block, :func:`committed_rows` of ``alias`` names ``ids``."""
+    token = _committed.set((alias, ids))
     try:
         yield
     finally:
-        _running.reset(token)
+        _committed.reset(token)
 
 
 def committed_rows(alias: str) -> frozenset[int]:
     """While a commit's publisher runs: the ids of the rows of database ``alias`` that
     commit is known to have written; else empty."""
-    running = _running.get()
-    return running[1] if running is not None and running[0] == alias else frozenset()
-
-
-def publishing_after_commit(alias: str) -> bool:
-    """Whether the on-commit publisher of database ``alias`` is running."""
-    running = _running.get()
-    return running is not None and running[0] == alias
+    known_alias, ids = _committed.get()
+    return ids if known_alias == alias else frozenset()

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 
-from django.db import connections, transaction
+from django.db import transaction
 
 from celery_outbox.records import (
     Claim,
@@ -28,7 +28,7 @@ from celery_outbox.records import (
 from celery_outbox.storage import PublishCallback, Supersedes
 from django_outbox._compat import on_commit_callbacks
 from django_outbox.settings import settings
-from django_outbox.store import batches, cleanup, commits, letters
+from django_outbox.store import batches, commits, letters
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
 from django_outbox.store.completions import DjangoCompletions
 from django_outbox.store.monitoring import DjangoMonitoring
@@ -148,26 +148,10 @@ class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring):
         keep: bool,
         using: str | None = None,
     ) -> int:
-        """Delete (or mark ``published``) the still-leased rows of ``ids``: one statement.
-
-        In the on-commit publisher, outside any transaction, the statement runs off this
-        thread, right after (:mod:`~django_outbox.store.cleanup`); then the count is of
-        the rows handed over.
-        """
+        """Delete (or mark ``published``) the still-leased rows of ``ids``: one statement."""
         alias = alias_of(using)
         if not ids:
             return 0
-        if commits.publishing_after_commit(alias) and _autocommitting(alias):
-            removal = cleanup.Removal(
-                claim=claim, ids=tuple(ids), now=now, keep=keep, alias=alias, mark=self._mark
-            )
-            if cleanup.submit(removal):
-                return len(ids)
-        return self._mark(claim, ids, now=now, keep=keep, alias=alias)
-
-    def _mark(
-        self, claim: Claim, ids: Sequence[int], *, now: datetime, keep: bool, alias: str
-    ) -> int:
         strategy = strategy_for(alias)
         with store_errors("mark outbox rows published"):
             if keep:
@@ -285,9 +269,3 @@ class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring):
         """Mark a ``dead`` letter ``discarded``: one ``UPDATE``."""
         with store_errors("discard a dead letter"):
             return letters.discard_dead_letter(letter_id, alias=alias_of(using))
-
-
-def _autocommitting(alias: str) -> bool:
-    # Another connection sees this one's rows only once they are committed.
-    connection = connections[alias]
-    return not connection.in_atomic_block and connection.get_autocommit()

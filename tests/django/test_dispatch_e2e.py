@@ -23,7 +23,6 @@ from celery_outbox.records import MessageStatus
 from celery_outbox.state import reset
 from django_outbox.hooks import DispatchHook, dispatch_on
 from django_outbox.models import OutboxMessage
-from django_outbox.store import cleanup
 from tests.django.celery_app import create_app
 from tests.django.conftest import World, close_app
 from tests.django.helpers import database_url, postgres_only, rolled_back
@@ -50,7 +49,6 @@ def test_commit_runs_the_task_once_and_it_sees_the_committed_row(
         assert OutboxMessage.objects.filter(task_id=result.id).exists()
     runs = drain(world, expected_before=1)
     assert runs == [{"task_id": result.id, "user_id": user.pk, "saw_user": True}]
-    assert cleanup.flush(10)  # the removal runs right after the publish, off this thread
     assert not OutboxMessage.objects.exists()
 
 
@@ -67,7 +65,6 @@ def test_rollback_and_rolled_back_savepoint_run_nothing(
         result = world.record.delay(kept.pk)
     runs = drain(world, expected_before=1)
     assert runs == [{"task_id": result.id, "user_id": kept.pk, "saw_user": True}]
-    assert cleanup.flush(10)
     assert not OutboxMessage.objects.exists()
 
 
@@ -77,9 +74,7 @@ def test_outside_a_transaction_the_task_is_published_at_once(
     start_worker()
     user = User.objects.create(username="bob")
     result = world.record.delay(user.pk)
-    # Published before delay returned; removed right after, off this thread.
-    assert cleanup.flush(10)
-    assert not OutboxMessage.objects.exists()
+    assert not OutboxMessage.objects.exists()  # published (and removed) before delay returned
     runs = drain(world, expected_before=1)
     assert runs == [{"task_id": result.id, "user_id": user.pk, "saw_user": True}]
 
@@ -160,11 +155,9 @@ def test_statements_on_commit_do_not_grow_with_the_rows(world: World, count: int
     sql = [query["sql"] for query in queries]
     last_insert = max(i for i, statement in enumerate(sql) if statement.startswith("INSERT"))
     on_commit = [statement.split()[0] for statement in sql[last_insert + 1 :]]
-    # COMMIT, then nothing on this connection: the rows were born leased to the relay
-    # (no claim), the commit is known to have written them (no SELECT), and their
-    # DELETE runs off this thread.
-    assert on_commit == ["COMMIT"]
-    assert cleanup.flush(10)
+    # COMMIT; then the relay: the rows were born leased to it, so no claim: one SELECT
+    # to see they were committed and are still its own, then one DELETE.
+    assert on_commit == ["COMMIT", "SELECT", "DELETE"]
     assert not OutboxMessage.objects.exists()
 
 
@@ -182,9 +175,9 @@ def test_a_transaction_longer_than_the_grace_claims_its_rows_before_publishing(
         time.sleep(0.3)
     sql = [query["sql"] for query in queries]
     after_commit = sql[[text.split()[0] for text in sql].index("COMMIT") + 1 :]
-    # The claim (an UPDATE, under a WITH that sums the payload bytes); the DELETE runs
-    # off this thread.
-    assert [" UPDATE " in f" {text} " for text in after_commit] == [True]
+    # The claim (an UPDATE, under a WITH that sums the payload bytes), then the DELETE.
+    assert [" UPDATE " in f" {text} " for text in after_commit] == [True, False]
+    assert [text.split()[0] for text in after_commit][1:] == ["DELETE"]
     runs = drain(world, expected_before=1)
     assert [run["task_id"] for run in runs] == [result.id]
 
@@ -224,5 +217,4 @@ def test_using_dispatches_in_the_other_databases_transaction(
         assert not OutboxMessage.objects.using("default").exists()
     runs = drain(world, expected_before=1)
     assert runs == [{"task_id": result.id, "user_id": user.pk, "saw_user": True}]
-    assert cleanup.flush(10)
     assert not OutboxMessage.objects.using("other").exists()

@@ -202,7 +202,7 @@ def test_each_database_is_known_on_its_own(store: Any) -> None:
 
 
 def test_rows_are_known_only_to_the_callback_of_their_alias() -> None:
-    with commits.after_commit("other", frozenset({1, 2})):
+    with commits.known_committed("other", frozenset({1, 2})):
         assert commits.committed_rows("other") == {1, 2}
         assert commits.committed_rows("default") == frozenset()
     assert commits.committed_rows("other") == frozenset()
