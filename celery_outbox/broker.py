@@ -140,6 +140,32 @@ def bound(conn: Connection, deadline: Deadline) -> float:
     return seconds
 
 
+def reuse_client(channel: Any) -> None:
+    """Make a kombu Redis ``channel`` publish through one ``redis.Redis`` client.
+
+    kombu's Redis channel builds a new client for every publish (``conn_or_acquire()``
+    without a client calls ``_create_client()``): about 0.2 ms of CPU each, mostly the
+    client's table of response callbacks, on the request's path for every on-commit
+    publish. A client is only a view on the channel's connection pool, so one per pool
+    serves every publish of the channel (one per thread here). Other transports are left
+    as they are.
+    """
+    if getattr(channel.connection, "driver_name", None) != REDIS:
+        return
+    create = channel._create_client
+    made: dict[str, Any] = {}
+
+    def create_client(asynchronous: bool = False) -> Any:
+        if asynchronous:
+            return create(asynchronous=True)
+        client = made.get("client")
+        if client is None or client.connection_pool is not channel.pool:
+            client = made["client"] = create()
+        return client
+
+    channel._create_client = create_client
+
+
 def discard(conn: Connection) -> None:
     """Drop ``conn`` without waiting for the broker (no close handshake).
 

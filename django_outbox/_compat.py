@@ -31,6 +31,17 @@ def on_commit_callbacks(connection: Any) -> list[Callable[[], Any]]:
     return [entry[1] for entry in connection.run_on_commit]
 
 
+def add_execute_wrapper(connection: Any, wrapper: Callable[..., Any]) -> None:
+    """Wrap every statement ``connection`` executes from now on with ``wrapper``
+    (``connection.execute_wrappers``, which ``connection.execute_wrapper()`` only
+    manages for the length of a block).
+
+    First in the list, so that a user's ``execute_wrapper()`` block open now, whose exit
+    pops the list's last entry, still removes its own wrapper.
+    """
+    connection.execute_wrappers.insert(0, wrapper)
+
+
 def instance_alias(instance: Model) -> str:
     """The database alias ``instance`` was read from or saved to (``instance._state.db``)."""
     return instance._state.db or DEFAULT_DB_ALIAS

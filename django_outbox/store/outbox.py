@@ -28,7 +28,7 @@ from celery_outbox.records import (
 from celery_outbox.storage import PublishCallback, Supersedes
 from django_outbox._compat import on_commit_callbacks
 from django_outbox.settings import settings
-from django_outbox.store import batches, letters
+from django_outbox.store import batches, commits, letters
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
 from django_outbox.store.completions import DjangoCompletions
 from django_outbox.store.monitoring import DjangoMonitoring
@@ -56,6 +56,8 @@ class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring):
         with store_errors("write an outbox row"):
             row_id = strategy.insert(message, alias=alias)
             if row_id is None and supersedes is not None:
+                # It may delete a row deferred earlier in this transaction.
+                commits.doubt(transaction.get_connection(alias))
                 row_id = strategy.supersede(message, supersedes, alias=alias)
             return row_id
 
@@ -80,10 +82,20 @@ class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring):
     def still_leased(
         self, messages: Sequence[StoredMessage], *, using: str | None = None
     ) -> set[int]:
-        """One ``SELECT`` of the ids and leases; each row must hold its message's lease."""
+        """One ``SELECT`` of the ids and leases; each row must hold its message's lease.
+
+        No statement for the rows the commit whose callbacks are running is known to
+        have written (:mod:`~django_outbox.store.commits`): born leased, they are leased
+        to no one else, since no one takes a row before its lease runs out.
+        """
         alias = alias_of(using)
+        committed = commits.committed_rows(alias)
+        known = {m.id for m in messages if m.id in committed and m.locked_until is not None}
+        unknown = [m for m in messages if m.id not in known]
+        if not unknown:
+            return known
         with store_errors("read outbox leases"):
-            return strategy_for(alias).still_leased(messages, alias=alias)
+            return known | strategy_for(alias).still_leased(unknown, alias=alias)
 
     # -- publishing and sweeping ----------------------------------------------------------
     def claim(

@@ -82,3 +82,30 @@ def test_celery_state_still_holds_the_current_and_default_app() -> None:
     finally:
         celery_state._set_current_app(previous)
         app.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_savepoint_rollbacks_still_run_through_the_execute_wrappers() -> None:
+    wrappers = getattr(connection, "execute_wrappers", None)
+    assert isinstance(wrappers, list), f"connection.execute_wrappers changed in {VERSIONS}"
+    seen: list[str] = []
+
+    def wrapper(execute: Callable[..., object], sql: str, *args: object) -> object:
+        seen.append(sql)
+        return execute(sql, *args)
+
+    _compat.add_execute_wrapper(connection, wrapper)
+    try:
+        with transaction.atomic():
+            with pytest.raises(RuntimeError):
+                register_then_roll_back(lambda: None)
+            sid = transaction.savepoint()
+            transaction.savepoint_rollback(sid)
+        assert connection.execute_wrappers[0] is wrapper
+    finally:
+        connection.execute_wrappers.remove(wrapper)
+    rollbacks = [sql for sql in seen if sql.startswith("ROLLBACK TO SAVEPOINT")]
+    assert len(rollbacks) == 2, (
+        f"Django's savepoint rollbacks no longer go through connection.execute_wrappers in "
+        f"{VERSIONS} (django_outbox.store.commits would miss them): saw {seen}"
+    )

@@ -129,3 +129,50 @@ def test_kombu_can_drop_a_connection_without_a_close_handshake() -> None:
     assert callable(Connection.collect)
     assert callable(pyamqp.Transport._collect)
     assert callable(amqp.Connection.collect)
+
+
+def test_kombus_redis_channel_still_builds_a_client_per_publish_through_create_client(
+    redis_url: str,
+) -> None:
+    with Connection(redis_url) as conn:
+        channel = conn.default_channel
+        assert channel.connection.driver_name == broker.REDIS
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is not second, "kombu's Redis channel now reuses its clients"
+        broker.reuse_client(channel)
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is second, (
+                "kombu's Redis channel no longer builds its clients with _create_client()"
+            )
+            assert first.connection_pool is channel.pool
+        channel._pool = None  # a new pool (kombu drops it on disconnect): a new client
+        with channel.conn_or_acquire() as third:
+            assert third is not first
+            assert third.connection_pool is channel.pool
+
+
+def test_a_redis_channel_publishes_and_reads_through_its_one_client(redis_url: str) -> None:
+    from kombu import Exchange, Queue
+
+    queue = Queue(f"celery-outbox-reuse-{id(object())}", Exchange(""), routing_key="")
+    with Connection(redis_url) as conn:
+        channel = conn.channel()
+        broker.reuse_client(channel)
+        producer = conn.Producer(channel)
+        bound = queue(channel)
+        bound.declare()
+        try:
+            for n in range(3):
+                producer.publish({"n": n}, routing_key=queue.name, retry=False)
+            assert [bound.get(no_ack=True).payload["n"] for _ in range(3)] == [0, 1, 2]
+        finally:
+            bound.delete()
+            channel.close()
+
+
+def test_other_transports_keep_their_own_clients() -> None:
+    with Connection("memory://") as conn:
+        channel = conn.default_channel
+        create = channel.__dict__.get("_create_client")
+        broker.reuse_client(channel)
+        assert channel.__dict__.get("_create_client") is create

@@ -158,3 +158,102 @@ def test_a_message_ttl_counts_from_its_publish(app: Celery, queue_name: str) -> 
 def test_describe_names_the_exception_type_and_keeps_a_row_sized_text() -> None:
     assert describe(ValueError("bad")) == "builtins.ValueError: bad"
     assert len(describe(RuntimeError("x" * 5000))) == 2000
+
+
+@pytest.fixture
+def redis_app(redis_url: str, queue_name: str) -> Iterator[Celery]:
+    app = Celery("producers-unit-redis", broker=redis_url, set_as_current=False)
+    app.conf.task_default_queue = queue_name
+
+    @app.task(base=OutboxTask, name="unit.producers.noop", shared=False)
+    def noop(n: int) -> int:
+        return n
+
+    yield app
+    with app.connection_for_write() as conn:
+        Queue(queue_name)(conn.default_channel).delete()
+    app.close()
+
+
+def redis_ids(app: Celery, queue_name: str) -> list[str]:
+    with app.connection_for_write() as conn:
+        queue = Queue(queue_name)(conn.default_channel)
+        ids = []
+        while (got := queue.get(no_ack=True)) is not None:
+            ids.append(got.headers["id"])
+        return ids
+
+
+def batches_made(sender: Producers, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many messages each pipelined batch of ``sender``'s channel was made for."""
+    made: list[int] = []
+    sender.connect()
+    channel = sender._local.producer.channel
+    create = channel.create_publish_batch
+
+    def recorded(max_size: int) -> object:
+        made.append(max_size)
+        return create(max_size)
+
+    monkeypatch.setattr(channel, "create_publish_batch", recorded)
+    return made
+
+
+def test_one_row_on_redis_is_published_without_a_pipeline(
+    redis_app: Celery, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sender = producers(redis_app)
+    made = batches_made(sender, monkeypatch)
+    try:
+        assert sender.send([row(redis_app, 1)], path="commit").published == [1]
+        assert made == []
+        assert sender.send([row(redis_app, n) for n in (2, 3)], path="commit").published == [2, 3]
+        assert len(made) == 1  # several rows: one pipeline
+    finally:
+        sender.close()
+    assert redis_ids(redis_app, queue_name) == ["task-1", "task-2", "task-3"]
+
+
+def test_one_row_whose_publish_failed_is_tried_once_more_on_a_fresh_connection(
+    redis_app: Celery, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sender = producers(redis_app)
+    sender.connect()
+    first = sender._local.connection
+    publish_one, calls = sender.publish_one, []
+
+    def flaky(producer: object, message: NewMessage, deadline: object, *, path: str) -> None:
+        calls.append(message.task_id)
+        if len(calls) == 1:
+            raise ConnectionResetError("the broker closed an idle connection")
+        publish_one(producer, message, deadline, path=path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sender, "publish_one", flaky)
+    try:
+        sent = sender.send([row(redis_app, 1)], path="commit")
+        assert sender._local.connection is not first
+    finally:
+        sender.close()
+    assert (sent.published, sent.failed) == ([1], {})
+    assert calls == ["task-1", "task-1"]
+    assert redis_ids(redis_app, queue_name) == ["task-1"]
+
+
+def test_one_row_whose_publish_timed_out_is_not_tried_again(
+    redis_app: Celery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sender = producers(redis_app)
+    calls: list[str] = []
+
+    def stalled(producer: object, message: NewMessage, deadline: object, *, path: str) -> None:
+        calls.append(message.task_id)
+        raise TimeoutError("the broker stalls")
+
+    monkeypatch.setattr(sender, "publish_one", stalled)
+    try:
+        sent = sender.send([row(redis_app, 1)], path="commit")
+    finally:
+        sender.close()
+    assert sent.published == []
+    assert list(sent.failed) == [1]
+    assert calls == ["task-1"]
