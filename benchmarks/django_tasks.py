@@ -5,6 +5,11 @@ Both sides write the same outbox row and publish it on commit; the backend adds 
 validation, its ``TaskResult`` (JSON-normalised arguments), the priority mapping and the
 ``task_enqueued`` signal. Rounds alternate the two sides; the ratio is of the medians.
 Needs Django >= 6.0 (Python >= 3.12): on an older Django it reports why it was skipped.
+
+With django-tasks-db installed (``pip install django-tasks-db``: the ORM backend of Django's
+task framework, whose own worker polls its table), one more row per case compares our
+``enqueue()`` with its ``enqueue()`` in the same transactions, no target: it writes its row
+and nothing else (no broker, no publish after COMMIT), so it bounds what an enqueue costs.
 """
 
 from __future__ import annotations
@@ -18,8 +23,11 @@ from benchmarks.stats import median, ratio
 
 #: (case name, tasks per transaction, target ratio).
 CASES = (("1/txn", 1, 0.9), ("100/txn", 100, 0.9))
-#: ``TASKS`` of the benchmark: the outbox backend on the benchmark's Celery app.
+#: ``TASKS`` of the benchmark: the outbox backend on the benchmark's Celery app, and
+#: django-tasks-db's backend (used only when it is installed).
 TASKS = {"default": {"BACKEND": "django_outbox.tasks.OutboxBackend"}}
+#: django-tasks-db's backend, beside it when installed.
+DATABASE_BACKEND = {"database": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 
 def _round(django_task: Any, tasks: int, per_txn: int) -> float:
@@ -45,10 +53,51 @@ def run(*, tasks: int, rounds: int) -> list[dict[str, Any]]:
         return [{"benchmark": "django tasks", "case": "enqueue", "skipped": reason}]
     from django.test.utils import override_settings
 
-    with override_settings(TASKS=TASKS):
+    installed = importlib.util.find_spec("django_tasks_db") is not None
+    with override_settings(TASKS={**TASKS, **(DATABASE_BACKEND if installed else {})}):
         from benchmarks.django_tasks_app import noop
 
-        return _measure(noop, tasks=tasks, rounds=rounds)
+        rows = _measure(noop, tasks=tasks, rounds=rounds)
+        if not installed:
+            reason = "django-tasks-db is not installed (pip install django-tasks-db)"
+            skipped = {"benchmark": "django tasks", "case": "vs django-tasks-db", "skipped": reason}
+            return [*rows, skipped]
+        from benchmarks.django_tasks_db_app import noop_db
+
+        return [*rows, *_against_the_database_backend(noop, noop_db, tasks=tasks, rounds=rounds)]
+
+
+def _against_the_database_backend(
+    ours: Any, theirs: Any, *, tasks: int, rounds: int
+) -> list[dict[str, Any]]:
+    """Our ``enqueue()`` against django-tasks-db's, case by case (no target)."""
+    from django_tasks_db.models import DBTaskResult
+
+    rows = []
+    for case, per_txn, _target in CASES:
+        count = max(per_txn, tasks // per_txn * per_txn)
+        peer, mine = [], []
+        for _ in range(rounds):
+            peer.append(_round(theirs, count, per_txn))
+            mine.append(_round(ours, count, per_txn))
+            env.purge_broker()
+            DBTaskResult.objects.all().delete()
+        rows.append(
+            {
+                "benchmark": "django tasks",
+                "case": f"enqueue() vs django-tasks-db {case}",
+                "unit": "tasks/s",
+                "tasks": count,
+                "rounds": rounds,
+                "plain": median(peer),
+                "ours": median(mine),
+                "ratio": ratio(median(mine), median(peer)),
+                "target": None,
+                "samples": {"plain": peer, "ours": mine},
+            }
+        )
+    env.reset_outbox()
+    return rows
 
 
 def _measure(django_task: Any, *, tasks: int, rounds: int) -> list[dict[str, Any]]:

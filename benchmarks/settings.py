@@ -7,6 +7,7 @@ loopback PostgreSQL); the harness creates and migrates it.
 from __future__ import annotations
 
 import os
+from importlib.util import find_spec
 from urllib.parse import urlsplit
 
 #: The benchmark database (created by the harness when missing).
@@ -25,6 +26,10 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_outbox"]
+if find_spec("django.tasks") and find_spec("django_tasks_db"):
+    # django-tasks-db (pip install django-tasks-db), Django's task framework's ORM backend,
+    # when installed: the django_tasks benchmark compares its enqueue() with ours.
+    INSTALLED_APPS.append("django_tasks_db")
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",
