@@ -57,3 +57,12 @@ def database_url(alias: str = "default") -> str:
     host = params.get("HOST") or "127.0.0.1"
     port = f":{params['PORT']}" if params.get("PORT") else ""
     return f"{scheme}://{user}{password}@{host}{port}/{params['NAME']}"
+
+
+def new_savepoint(using: str | None = None) -> str:
+    """``transaction.savepoint_create()`` (Django 6.1+; ``savepoint()`` is deprecated
+    there), else ``transaction.savepoint()``: the id of a new savepoint."""
+    from django.db import transaction
+
+    create = getattr(transaction, "savepoint_create", None) or transaction.savepoint
+    return str(create(using=using))

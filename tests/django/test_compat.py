@@ -16,6 +16,7 @@ from django.db.models import QuerySet
 from django_outbox import _compat
 from django_outbox.models import OutboxMessage
 from tests.django.admin_app import make_letter
+from tests.django.helpers import new_savepoint
 
 VERSIONS = f"Django {django.__version__}, Celery {celery.__version__}"
 
@@ -99,7 +100,7 @@ def test_savepoint_rollbacks_still_run_through_the_execute_wrappers() -> None:
         with transaction.atomic():
             with pytest.raises(RuntimeError):
                 register_then_roll_back(lambda: None)
-            sid = transaction.savepoint()
+            sid = new_savepoint()
             transaction.savepoint_rollback(sid)
         assert connection.execute_wrappers[0] is wrapper
     finally:

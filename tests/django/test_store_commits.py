@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 from celery_outbox.records import NewMessage, StoredMessage
 from django_outbox.store import commits
 from tests.contract.factories import new_message
-from tests.django.helpers import postgres_only, rolled_back
+from tests.django.helpers import new_savepoint, postgres_only, rolled_back
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "other"]),
@@ -128,7 +128,7 @@ def test_a_savepoint_rolled_back_through_the_savepoint_api_is_seen(
 ) -> None:
     with transaction.atomic():
         kept = [dispatch(store, publish)]
-        sid = transaction.savepoint()
+        sid = new_savepoint()
         dropped = dispatch(store, publish)
         transaction.savepoint_rollback(sid)
 
