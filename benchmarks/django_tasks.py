@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks import env
@@ -73,31 +74,13 @@ def _against_the_database_backend(
     """Our ``enqueue()`` against django-tasks-db's, case by case (no target)."""
     from django_tasks_db.models import DBTaskResult
 
-    rows = []
-    for case, per_txn, _target in CASES:
-        count = max(per_txn, tasks // per_txn * per_txn)
-        peer, mine = [], []
-        for _ in range(rounds):
-            peer.append(_round(theirs, count, per_txn))
-            mine.append(_round(ours, count, per_txn))
-            env.purge_broker()
-            DBTaskResult.objects.all().delete()
-        rows.append(
-            {
-                "benchmark": "django tasks",
-                "case": f"enqueue() vs django-tasks-db {case}",
-                "unit": "tasks/s",
-                "tasks": count,
-                "rounds": rounds,
-                "plain": median(peer),
-                "ours": median(mine),
-                "ratio": ratio(median(mine), median(peer)),
-                "target": None,
-                "samples": {"plain": peer, "ours": mine},
-            }
-        )
-    env.reset_outbox()
-    return rows
+    def clear() -> None:
+        env.purge_broker()
+        DBTaskResult.objects.all().delete()
+
+    return _compare(
+        theirs, ours, "vs django-tasks-db", tasks=tasks, rounds=rounds, clear=clear, target=False
+    )
 
 
 def _measure(django_task: Any, *, tasks: int, rounds: int) -> list[dict[str, Any]]:
@@ -105,25 +88,48 @@ def _measure(django_task: Any, *, tasks: int, rounds: int) -> list[dict[str, Any
     env.purge_broker()
     _round(None, 200, 100)  # warm-up: connections, imports, caches
     _round(django_task, 200, 100)
+    return _compare(
+        None,
+        django_task,
+        "vs delay()",
+        tasks=tasks,
+        rounds=rounds,
+        clear=env.purge_broker,
+        target=True,
+    )
+
+
+def _compare(
+    plain_task: Any,
+    our_task: Any,
+    against: str,
+    *,
+    tasks: int,
+    rounds: int,
+    clear: Callable[[], None],
+    target: bool,
+) -> list[dict[str, Any]]:
+    """Alternate ``plain_task`` (``None``: ``OutboxTask.delay()``) and ``our_task`` in each
+    case's rounds, ``clear`` after each pair; one row per case, ``our_task`` as ours."""
     rows = []
-    for case, per_txn, target in CASES:
+    for case, per_txn, case_target in CASES:
         count = max(per_txn, tasks // per_txn * per_txn)
         plain, ours = [], []
         for _ in range(rounds):
-            plain.append(_round(None, count, per_txn))
-            ours.append(_round(django_task, count, per_txn))
-            env.purge_broker()
+            plain.append(_round(plain_task, count, per_txn))
+            ours.append(_round(our_task, count, per_txn))
+            clear()
         rows.append(
             {
                 "benchmark": "django tasks",
-                "case": f"enqueue() vs delay() {case}",
+                "case": f"enqueue() {against} {case}",
                 "unit": "tasks/s",
                 "tasks": count,
                 "rounds": rounds,
                 "plain": median(plain),
                 "ours": median(ours),
                 "ratio": ratio(median(ours), median(plain)),
-                "target": target,
+                "target": case_target if target else None,
                 "samples": {"plain": plain, "ours": ours},
             }
         )
