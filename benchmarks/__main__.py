@@ -26,6 +26,7 @@ NAMES = (
     "peer",
     "django_tasks",
     "scrape",
+    "observability",
 )
 #: ``--quick`` retry memory: shorter settling, fewer RSS samples (its bytes mean nothing).
 QUICK_RETRY_MEMORY: dict[str, Any] = {"settle": 0.5, "samples": 2}
@@ -67,6 +68,7 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         enqueue,
         latency,
         no_blocking,
+        observability,
         peer,
         retry_memory,
         scrape,
@@ -91,6 +93,10 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         return django_tasks.run(tasks=args.enqueue_tasks, rounds=args.rounds)
     if name == "workflows":
         return workflows.run(chains=args.chains, rounds=args.rounds, quick=args.quick)
+    if name == "observability":
+        return observability.run(
+            tasks=args.enqueue_tasks, worker_tasks=args.healthy, rounds=args.rounds
+        )
     if name == "scrape":
         return scrape.run(rows=args.scrape_rows, rounds=args.rounds)
     return peer.run(rows=args.rows, rounds=max(1, min(args.rounds, 2)))

@@ -130,6 +130,20 @@ def outbox_failing(i: int) -> None:
     raise ProviderDown(i)
 
 
+# -- observability -------------------------------------------------------------------------
+class _FailsOnceTask(OutboxTask):
+    autoretry_for = (ProviderDown,)
+    retry_backoff = 0.01
+
+
+@app.task(bind=True, base=_FailsOnceTask, name="bench.outbox_fails_once")
+def outbox_fails_once(self: Task[Any, Any], i: int) -> None:
+    """Fail the first attempt (an ETA retry within 10 ms), then succeed and count it."""
+    if self.request.retries == 0:
+        raise ProviderDown(i)
+    reports().incr(key("succeeded"))
+
+
 # -- retry memory ----------------------------------------------------------------------------
 @app.task(bind=True, name="bench.plain_retry_long", max_retries=None)
 def plain_retry_long(self: Task[Any, Any], i: int) -> Any:
