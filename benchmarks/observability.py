@@ -83,9 +83,7 @@ def _worker_round(on: bool, tasks: int) -> float:
     from benchmarks.app import outbox_fails_once
 
     env.purge_broker()
-    worker = start_worker(
-        pool="prefork", concurrency=2, env={"BENCH_OBSERVE": "1"} if on else {}
-    )
+    worker = start_worker(pool="prefork", concurrency=2, env={"BENCH_OBSERVE": "1"} if on else {})
     try:
         with observed(on), trace.get_tracer("bench").start_as_current_span("request"):
             started = time.perf_counter()

@@ -15,8 +15,8 @@ from benchmarks.app import app  # noqa: E402  (Django must be set up first)
 from benchmarks.processes import READY  # noqa: E402
 
 if os.environ.get("BENCH_OBSERVE") == "1":  # benchmarks.observability's "on" worker
-    import celery_outbox.metrics  # noqa: E402, F401  (connects the counters)
-    from benchmarks.observability import install_tracing  # noqa: E402
+    import celery_outbox.metrics  # noqa: F401  (connects the counters)
+    from benchmarks.observability import install_tracing
 
     install_tracing()
 
