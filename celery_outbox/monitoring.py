@@ -56,17 +56,23 @@ class MonitoredStore(abc.ABC):
     """
 
     @abc.abstractmethod
-    def backlog(self, *, using: str | None = None) -> Backlog:
+    def backlog(self, *, using: str | None = None, bound: int | None = None) -> Backlog:
         """Count the due, the parked and the failed rows and age the oldest due one.
 
         A few reads of ranges of the ``status, available_at`` index, committed data.
+        ``bound``: a store may read at most about that many index entries per count and
+        report a larger count as its database's estimate (:mod:`celery_outbox.estimates`;
+        the oldest age is then that of the ``bound`` rows due longest); ``None``: exact.
         """
 
     @abc.abstractmethod
-    def count_dead_letters(self, *, using: str | None = None) -> Mapping[DeadLetterStatus, int]:
+    def count_dead_letters(
+        self, *, using: str | None = None, bound: int | None = None
+    ) -> Mapping[DeadLetterStatus, int]:
         """How many dead letters there are per status (every status present, 0 when none).
 
-        One read of the ``status, failed_at`` index, committed data.
+        One read of the ``status, failed_at`` index, committed data; ``bound`` as for
+        :meth:`backlog`.
         """
 
     def keeps_sweeps(self) -> bool:
