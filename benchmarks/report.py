@@ -48,6 +48,16 @@ def _line(row: dict[str, Any]) -> tuple[str, ...]:
             f">= {target}x" if target else "",
             met,
         )
+    if name == "retry memory" and row["unit"] == "MiB":
+        return (
+            name,
+            case,
+            f"worker {_num(row['worker_mib'])} MiB",
+            f"sweeper {_num(row['sweeper_peak_mib'])} MiB",
+            "",
+            f"<= {_num(target)} MiB",
+            "yes" if row["value"] <= target else "NO",
+        )
     if name == "retry memory":
         met = "yes" if row["ratio"] >= row["target"] else "NO"
         share = "~0" if row["ours"] <= 0 else f"1/{row['ratio']:,.0f}"
