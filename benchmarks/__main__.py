@@ -49,6 +49,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--scrape-rows", type=int, default=1_000_000, help="scrape: outbox rows (1,000,000)"
     )
+    parser.add_argument(
+        "--broker",
+        choices=("redis", "amqp"),
+        default="redis",
+        help="the broker: Redis (default) or RabbitMQ (rows marked [RabbitMQ])",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
     parser.add_argument("--json", type=Path, default=None, help="output (results/latest.json)")
     args = parser.parse_args(argv)
@@ -106,6 +112,9 @@ def main(argv: list[str]) -> int:
     """Run the chosen benchmarks; 0 when every one ran, 1 when one failed."""
     args = parse(argv)
     os.environ.setdefault("BENCH_QUEUE", f"celery-outbox-bench-{os.getpid()}")
+    if args.broker == "amqp":  # before the app is imported, and for the workers it starts
+        amqp = os.environ.get("BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+        os.environ["BENCH_BROKER_URL"] = amqp
     from benchmarks import env, report
 
     env.setup_django()
@@ -116,7 +125,10 @@ def main(argv: list[str]) -> int:
             started = time.monotonic()
             print(f"-- {name} ...", flush=True)
             try:
-                rows.extend(run(name, args))
+                found = run(name, args)
+                if args.broker == "amqp":
+                    found = [{**row, "case": f"{row['case']} [RabbitMQ]"} for row in found]
+                rows.extend(found)
             except Exception as exc:  # report it, run the others
                 failed = True
                 traceback.print_exc()

@@ -1,7 +1,8 @@
 """The benchmark Celery app and its tasks, shared by the harness and its workers.
 
 Everything comes from the environment so that a worker subprocess gets the harness's
-broker, queue and settings: ``BENCH_REDIS_URL``, ``BENCH_QUEUE``, ``BENCH_PREFETCH`` and
+broker, queue and settings: ``BENCH_REDIS_URL``, ``BENCH_BROKER_URL`` (default: that
+Redis; ``--broker amqp`` sets RabbitMQ: ``BENCH_AMQP_URL``), ``BENCH_QUEUE``, ``BENCH_PREFETCH`` and
 ``BENCH_PUBLISH_GRACE``. Tasks report to Redis (keys prefixed with the queue name), so the
 harness can count finished tasks and read task start times without a result backend.
 """
@@ -19,6 +20,8 @@ from celery_outbox import OutboxTask
 
 #: Broker (and the tasks' report store): Redis database 11, left to the benchmarks.
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
+#: The broker: Redis (above) unless ``BENCH_BROKER_URL`` names another (RabbitMQ).
+BROKER_URL = os.environ.get("BENCH_BROKER_URL", REDIS_URL)
 #: The queue of this run: every task is routed to it, and report keys start with it.
 QUEUE = os.environ.get("BENCH_QUEUE", "celery-outbox-bench")
 #: Seconds of (sleeping, I/O-like) work a healthy task does.
@@ -28,7 +31,7 @@ FAILING_BACKOFF, FAILING_RETRIES = 0.25, 4
 #: Countdown of the long retries of the memory benchmark.
 LONG_RETRY = 3600
 
-app = Celery("celery_outbox_bench", broker=REDIS_URL, set_as_current=True)
+app = Celery("celery_outbox_bench", broker=BROKER_URL, set_as_current=True)
 app.conf.update(
     task_default_queue=QUEUE,
     task_ignore_result=True,

@@ -120,8 +120,8 @@ def run(*, tasks: int, worker_tasks: int, rounds: int) -> list[dict[str, Any]]:
     env.reset_outbox()
     env.purge_broker()
     _create_orders()
-    for on in (False, True):  # warm-up: connections, imports, caches
-        _enqueue(on, 200, 100, True)
+    for observing in (False, True):  # warm-up: connections, imports, caches
+        _enqueue(observing, 200, 100, True)
     rows = []
     for case, per_txn, write in ENQUEUE_CASES:
         count = max(per_txn, tasks // per_txn * per_txn)
