@@ -11,40 +11,31 @@ nothing and concurrent sweepers never fail.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
-from typing import cast
+from datetime import datetime, timedelta
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Case, Count, F, Min, When
 
-from celery_outbox.clock import utcnow
 from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
 from celery_outbox.records import DeadLetterStatus, MessageStatus
 from celery_outbox.storage import OutboxStore
 from django_outbox.models import DeadLetter, SweepRecord
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
+from django_outbox.store.clocks import clock_of, database_now
 from django_outbox.store.orm import messages
 
 #: When a due row started waiting: its due time, or its creation once a publish failed.
 _WAITING_SINCE = Case(When(attempts__gt=0, then=F("created_at")), default=F("available_at"))
-#: How each vendor reads its clock (others: this process's clock).
-_NOW_SQL = {"postgresql": "SELECT statement_timestamp()", "mysql": "SELECT UTC_TIMESTAMP(6)"}
-
-
-def database_now(alias: str) -> datetime:
-    """The current time of database ``alias``, aware UTC."""
-    connection = connections[alias]
-    query = _NOW_SQL.get(connection.vendor)
-    if query is None:
-        return utcnow()
-    with connection.cursor() as cursor:
-        cursor.execute(query)
-        now = cast(datetime, cursor.fetchone()[0])
-    return now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc)
 
 
 class DjangoMonitoring(OutboxStore):
     """The monitoring half of :class:`~django_outbox.store.DjangoOutboxStore`."""
+
+    def now(self, *, using: str | None = None) -> datetime:
+        """The clock of database ``using`` (:mod:`django_outbox.store.clocks`)."""
+        alias = alias_of(using)
+        with store_errors("read the database's clock"):
+            return clock_of(alias)()
 
     def backlog(self, *, using: str | None = None) -> Backlog:
         """Four short reads: the clock, the parked, the failed and the due rows."""
