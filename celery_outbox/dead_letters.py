@@ -14,7 +14,6 @@ from kombu.utils.uuid import uuid
 
 from celery_outbox import tracing
 from celery_outbox.canvas_shape import workflow_root
-from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
 from celery_outbox.escaping import is_incomplete, original_arguments
@@ -120,7 +119,7 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
             f"Cannot requeue dead letter {letter_id}: it was stored without its arguments "
             "(see its exception message); dispatch the task again yourself."
         )
-    config, now = OutboxConfig.from_celery(app), utcnow()
+    config, now = OutboxConfig.from_celery(app), store.now(using=using)
     options = {k: v for k, v in letter.options.items() if k in ROUTING_KEYS and v is not None}
     canvas = letter.options.get("canvas") or {}
     options.update(canvas)  # a workflow step resumes its workflow where it stopped

@@ -24,6 +24,10 @@ class MemoryMonitoring(OutboxStore):
     last_sweep_at: datetime | None
     _lock: threading.RLock
 
+    def now(self, *, using: str | None = None) -> datetime:
+        """The store's clock: the one clock of this "database"."""
+        return self.clock()
+
     def backlog(self, *, using: str | None = None, bound: int | None = None) -> Backlog:
         with self._lock:
             now = self.clock()

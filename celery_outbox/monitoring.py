@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from celery_outbox.clock import utcnow
 from celery_outbox.records import DeadLetterStatus
 
 #: The key of the sweep's row in the sweep table (one row per database).
@@ -54,6 +55,17 @@ class MonitoredStore(abc.ABC):
     none (:meth:`keeps_sweeps` is false), and the health check then says nothing
     about sweeps.
     """
+
+    def now(self, *, using: str | None = None) -> datetime:
+        """The current time of database ``using``'s clock, aware UTC.
+
+        Every time a store writes or compares for the core (``available_at``, leases,
+        ``created_at`` against the grace, parked due times) is on this clock, so hosts
+        whose clocks disagree agree on it (:mod:`celery_outbox.database_clock`). No round
+        trip per call: a reading of the database's clock serves for a while. This
+        default, for a store that cannot read its database's clock, is this process's.
+        """
+        return utcnow()
 
     @abc.abstractmethod
     def backlog(self, *, using: str | None = None, bound: int | None = None) -> Backlog:

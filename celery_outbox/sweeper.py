@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 from celery import Celery
 
-from celery_outbox.clock import Clock, utcnow
+from celery_outbox.clock import Clock
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
 from celery_outbox.records import Claim, MessageStatus
@@ -99,7 +99,9 @@ class Sweeper:
         ``sweep_batch_size``, ``sweep_batch_bytes``, ``publish_grace``, ``claim_lease``
         and ``publish_max_attempts`` are used.
     clock
-        The current aware UTC time.
+        The current aware UTC time for due times, leases, the grace and purges; by
+        default each database's own clock (``store.now``), so a host whose clock is
+        off neither takes rows early nor publishes a row twice.
     budget
         How long one :meth:`sweep` may keep claiming batches.
     """
@@ -111,7 +113,7 @@ class Sweeper:
         store: OutboxStore,
         relay: Relay,
         config: OutboxConfig,
-        clock: Clock = utcnow,
+        clock: Clock | None = None,
         budget: timedelta = SWEEP_BUDGET,
     ) -> None:
         self.app, self.store, self.relay, self.config = app, store, relay, config
@@ -134,7 +136,7 @@ class Sweeper:
         StoreError
             When the store fails; rows already claimed stay leased until their lease ends.
         """
-        deadline = self.clock() + self.budget
+        deadline = self._now(using) + self.budget
         report = SweepReport()
         while True:
             self._note_sweep(using)
@@ -145,7 +147,7 @@ class Sweeper:
             report += batch
             if not self._full(claim) or _broker_down(batch):
                 return report
-            if self.clock() >= deadline:
+            if self._now(using) >= deadline:
                 return report + SweepReport(more=True)
 
     def sweep_all(
@@ -172,7 +174,7 @@ class Sweeper:
             return SweepReport()
         purged = self.store.purge(
             statuses=[MessageStatus.PUBLISHED],
-            older_than=self.clock() - keep,
+            older_than=self._now(using) - keep,
             limit=self.config.sweep_batch_size,
             using=using,
         )
@@ -182,7 +184,7 @@ class Sweeper:
         """Delete one batch of ``CompletedTask`` rows older than ``outbox_keep_completed``
         (a duplicate of such a task that arrives later runs again), and one batch of the
         joins of chords done before then."""
-        older_than = self.clock() - self.config.keep_completed
+        older_than = self._now(using) - self.config.keep_completed
         limit = self.config.sweep_batch_size
         purged = self.store.purge_completed(older_than=older_than, limit=limit, using=using)
         purged += self.store.purge_joins(older_than=older_than, limit=limit, using=using)
@@ -193,7 +195,7 @@ class Sweeper:
         interval (a read; it writes when its record is an interval old), so a long sweep
         keeps its record fresh too. A store that cannot record it is logged, and the
         sweep goes on: publishing matters more than the health check's record."""
-        now, every = self.clock(), self.config.sweep_interval
+        now, every = self._now(using), self.config.sweep_interval
         noted = self._noted.get(using)
         if noted is not None and now - noted < every / 2:
             return
@@ -207,8 +209,12 @@ class Sweeper:
                 exc_info=True,
             )
 
+    def _now(self, using: str | None) -> datetime:
+        """Database ``using``'s clock (``store.now``), unless a ``clock`` was given."""
+        return self.store.now(using=using) if self.clock is None else self.clock()
+
     def _claim(self, using: str | None) -> Claim:
-        now = self.clock()
+        now = self._now(using)
         return self.store.claim_due(
             now=now,
             created_before=now - self.config.publish_grace,

@@ -13,7 +13,6 @@ from celery.result import AsyncResult
 from kombu.utils.uuid import uuid
 
 from celery_outbox import workflow_dispatch
-from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.eager import apply_on_commit
 from celery_outbox.envelope import build_call
@@ -194,7 +193,8 @@ class OutboxTask(_TaskBase):
             eager = apply_on_commit(self, args, kwargs, task_id, options, using, config)
             _announce(self, task_id, args, kwargs, given, using=using, message=None, row_id=None)
             return eager
-        now = utcnow()
+        store = store_for(app)
+        now = store.now(using=using)  # the database's clock, whatever this host's says
         call = build_call(
             self,
             args,
@@ -206,7 +206,7 @@ class OutboxTask(_TaskBase):
             max_bytes=config.max_payload_bytes,
             lease=config.publish_grace,  # the on-commit publisher's, so it needs no claim
         )
-        message, store = call.message, store_for(app)
+        message = call.message
         running = runner.running_attempt()
         supersedes = superseding(
             message, running_task_id=None if running is None else running.task_id

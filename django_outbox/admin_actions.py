@@ -20,7 +20,6 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
 from django.utils.translation import gettext, ngettext
 
-from celery_outbox.clock import utcnow
 from celery_outbox.records import MessageStatus
 from celery_outbox.registry import relay_for, store_for
 from django_outbox.celery_app import outbox_app
@@ -133,7 +132,7 @@ def publish_messages_now(
     store, alias = store_for(app), rows.db
     ids = list(rows.pending().values_list("id", flat=True))
     with transaction.atomic(using=alias):
-        changed = store.reset(ids, now=now or utcnow(), using=alias)
+        changed = store.reset(ids, now=now or store.now(using=alias), using=alias)
         if changed:
             store.on_commit(functools.partial(_publish, app, ids, using=alias), using=alias)
     return changed
@@ -154,7 +153,8 @@ def reset_failed_messages(
     """
     app = app or outbox_app()
     ids = list(rows.filter(status=MessageStatus.FAILED.value).values_list("id", flat=True))
-    return store_for(app).reset(ids, now=now or utcnow(), using=rows.db)
+    store = store_for(app)
+    return store.reset(ids, now=now or store.now(using=rows.db), using=rows.db)
 
 
 def publish_now_messages(selected: int, changed: int) -> list[UserMessage]:

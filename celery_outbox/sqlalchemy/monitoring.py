@@ -1,7 +1,8 @@
 """The backlog and the sweep record on SQLAlchemy, on the database's clock.
 
 The clock is ``now()`` on PostgreSQL and ``UTC_TIMESTAMP(6)`` on MySQL/MariaDB; SQLite
-is a file on one host, so the store's clock is the database's. The sweep record is
+is a file on one host, so the store's clock is the database's. :meth:`~SQLAlchemyMonitoring.now`
+gives the same clock to the rest of the store and to the core. The sweep record is
 read first and written only when it is older than asked, with a compare-and-set
 ``UPDATE`` (or an insert that ignores a conflict for the first one): a skipped record
 writes and locks nothing, and concurrent sweepers never fail.
@@ -9,6 +10,7 @@ writes and locks nothing, and concurrent sweepers never fail.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from celery_outbox.database_clock import DatabaseClock
 from celery_outbox.estimates import DUE_LATER, settled, status_is
 from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
 from celery_outbox.records import DeadLetterStatus, MessageStatus
@@ -40,6 +43,8 @@ from celery_outbox.sqlalchemy.types import UTCDateTime
 from celery_outbox.storage import OutboxStore
 
 PENDING = MessageStatus.PENDING.value
+#: The dialects whose server has a clock of its own to read.
+_CLOCKED_DIALECTS = frozenset({"postgresql", "mysql", "mariadb"})
 FAILED = MessageStatus.FAILED.value
 _PENDING, _FAILED = status_is(PENDING), status_is(FAILED)
 
@@ -51,6 +56,22 @@ class SQLAlchemyMonitoring(OutboxStore):
     engine: Engine
     tables: OutboxTables
     clock: Callable[[], datetime]
+
+    def now(self, *, using: str | None = None) -> datetime:
+        """The database's clock (:mod:`celery_outbox.database_clock`); on SQLite, a file
+        on this host with no clock of its own, the store's ``clock``."""
+        if self.engine.dialect.name not in _CLOCKED_DIALECTS:
+            return self.clock()
+        return self._database_clock()
+
+    @functools.cached_property
+    def _database_clock(self) -> DatabaseClock:
+        return DatabaseClock(self._read_clock)
+
+    def _read_clock(self) -> datetime:
+        with store_errors("read the database's clock"), self.engine.connect() as conn:
+            now: datetime = conn.execute(select(self._now(conn))).scalar_one()
+        return now
 
     def backlog(self, *, using: str | None = None, bound: int | None = None) -> Backlog:
         table = self.tables.outbox

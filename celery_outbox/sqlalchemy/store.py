@@ -49,7 +49,9 @@ class SQLAlchemyOutboxStore(
         The tables, when you defined them on your own ``MetaData`` with
         :func:`~celery_outbox.sqlalchemy.define_tables`.
     clock
-        Gives ``created_at`` of new rows.
+        This host's clock, the database's on SQLite (a file on this host). On
+        PostgreSQL and MySQL/MariaDB every time is on the database server's clock
+        (:meth:`now`), whatever this host's clock says.
     """
 
     def __init__(
@@ -125,7 +127,7 @@ class SQLAlchemyOutboxStore(
         using: str | None = None,
         supersedes: Supersedes | None = None,
     ) -> int | None:
-        values = message_columns(message, created_at=self.clock())
+        values = message_columns(message, created_at=self.now(using=using))
         with store_errors("add an outbox row"), self._caller_transaction() as conn:
             return inserts.insert_pending(
                 conn, self.tables.outbox, values, supersedes=supersedes, replaced=self._doubt_rows

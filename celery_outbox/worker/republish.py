@@ -63,7 +63,7 @@ def schedule_retry(
     message = _message(task, attempt, options, now=now)
     if not park and _publish_eta(task, attempt, message):
         return _scheduled(task, attempt, exc, eta=eta, path="eta")
-    if _park(task, attempt, replace(message, available_at=eta)):
+    if _park(task, attempt, message, delay=delay):
         return _scheduled(task, attempt, exc, eta=eta, path="parked")
     # A pending row with this task id still exists: the row this attempt was published
     # from, not yet removed by its publisher. Ride on an ETA rather than drop the retry.
@@ -142,11 +142,14 @@ def _publish_eta(task: Task[Any, Any], attempt: Attempt, message: NewMessage) ->
     return True
 
 
-def _park(task: Task[Any, Any], attempt: Attempt, message: NewMessage) -> bool:
-    """Write the retry as a parked row; ``False`` when a pending row already has its task
-    id, or the store failed (logged)."""
+def _park(task: Task[Any, Any], attempt: Attempt, message: NewMessage, *, delay: timedelta) -> bool:
+    """Write the retry as a row parked for ``delay`` on the database's clock (not this
+    worker's: a worker whose clock is off runs no retry early); ``False`` when a pending
+    row already has its task id, or the store failed (logged)."""
     try:
-        return store_for(task.app).add(message) is not None
+        store = store_for(task.app)
+        parked = replace(message, available_at=store.now() + delay)
+        return store.add(parked) is not None
     except Exception:
         logger.exception("celery-outbox: could not park retry %s[%s]", task.name, attempt.task_id)
         return False

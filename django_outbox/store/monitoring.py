@@ -11,19 +11,19 @@ nothing and concurrent sweepers never fail.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
-from typing import Any, cast
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Case, Count, F, Min, When
 
-from celery_outbox.clock import utcnow
 from celery_outbox.estimates import DUE_LATER, settled, status_is
 from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
 from celery_outbox.records import OUTBOX_TABLE, DeadLetterStatus, MessageStatus
 from celery_outbox.storage import OutboxStore
 from django_outbox.models import DeadLetter, SweepRecord
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
+from django_outbox.store.clocks import clock_of, database_now
 from django_outbox.store.counting import bound_on, bounded_count, estimate
 from django_outbox.store.orm import messages
 
@@ -31,20 +31,6 @@ from django_outbox.store.orm import messages
 _WAITING_SINCE = Case(When(attempts__gt=0, then=F("created_at")), default=F("available_at"))
 FAILED = MessageStatus.FAILED.value
 _PENDING, _FAILED = status_is(MessageStatus.PENDING.value), status_is(FAILED)
-#: How each vendor reads its clock (others: this process's clock).
-_NOW_SQL = {"postgresql": "SELECT statement_timestamp()", "mysql": "SELECT UTC_TIMESTAMP(6)"}
-
-
-def database_now(alias: str) -> datetime:
-    """The current time of database ``alias``, aware UTC."""
-    connection = connections[alias]
-    query = _NOW_SQL.get(connection.vendor)
-    if query is None:
-        return utcnow()
-    with connection.cursor() as cursor:
-        cursor.execute(query)
-        now = cast(datetime, cursor.fetchone()[0])
-    return now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc)
 
 
 #: The due rows' count and longest wait, of the ``%s`` rows due longest (PostgreSQL).
@@ -73,6 +59,12 @@ def _due(alias: str, now: datetime, bound: int | None) -> dict[str, Any]:
 
 class DjangoMonitoring(OutboxStore):
     """The monitoring half of :class:`~django_outbox.store.DjangoOutboxStore`."""
+
+    def now(self, *, using: str | None = None) -> datetime:
+        """The clock of database ``using`` (:mod:`django_outbox.store.clocks`)."""
+        alias = alias_of(using)
+        with store_errors("read the database's clock"):
+            return clock_of(alias)()
 
     def backlog(self, *, using: str | None = None, bound: int | None = None) -> Backlog:
         """Four short reads: the clock, the parked, the failed and the due rows (a count

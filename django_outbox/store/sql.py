@@ -54,6 +54,7 @@ from celery_outbox.records import (
 )
 from django_outbox.models import OutboxMessage
 from django_outbox.store import rows as convert
+from django_outbox.store.clocks import clock_of
 
 _CLAIM = (
     "WITH claim AS ("
@@ -180,7 +181,7 @@ def upsert(message: NewMessage, *, alias: str) -> int | None:
     """PostgreSQL, SQLite 3.35+: insert ``message``; its row id, or ``None`` when its task
     id is already pending."""
     connection = connections[alias]
-    params = convert.new_message_params(message, connection)
+    params = convert.new_message_params(message, connection, created_at=clock_of(alias)())
     # Like the ORM: a failed statement marks the caller's atomic block for rollback.
     with transaction.mark_for_rollback_on_error(using=alias), connection.cursor() as cursor:
         cursor.execute(_upsert_sql(connection), params)

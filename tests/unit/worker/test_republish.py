@@ -18,7 +18,7 @@ NOW = datetime.now(timezone.utc)
 
 
 def test_long_wait_is_parked(app: Celery, queue_name: str) -> None:
-    store = InMemoryOutboxStore()
+    store = InMemoryOutboxStore(clock=lambda: NOW)  # the database's clock parks the row
     install_store(app, store)
     retry = schedule_retry(
         app.tasks["unit.retrying"],
