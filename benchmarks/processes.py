@@ -94,9 +94,10 @@ def start_worker(
     concurrency: int,
     env: Mapping[str, str] | None = None,
     app_module: str = "benchmarks.worker_app",
+    queue: str | None = None,
 ) -> Child:
-    """A Celery worker of ``app_module`` (the benchmark app) on this run's queue, once it
-    is ready (the module prints :data:`READY`)."""
+    """A Celery worker of ``app_module`` (the benchmark app) on ``queue`` (this run's
+    queue by default), once it is ready (the module prints :data:`READY`)."""
     from benchmarks.app import QUEUE
 
     argv = [
@@ -110,7 +111,7 @@ def start_worker(
         "-c",
         str(concurrency),
         "-Q",
-        QUEUE,
+        queue or QUEUE,
         "-l",
         "warning",
         "-n",
