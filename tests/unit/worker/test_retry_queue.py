@@ -85,6 +85,26 @@ def test_a_parked_retry_is_stored_for_the_retry_queue(
     assert json.loads(row.options["headers"][HOME_HEADER])["queue"] == queue_name
 
 
+def test_a_retry_parked_because_its_eta_publish_failed_is_stored_for_the_retry_queue(
+    app: Celery, queue_name: str, store: InMemoryOutboxStore
+) -> None:
+    app.conf.broker_write_url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    app.conf.outbox_publish_timeout = 0.2
+    retries = f"{queue_name}-retries"
+    schedule_retry(
+        app.tasks[TASK],
+        attempt_of("t8", queue_name),
+        Down(),
+        delay=timedelta(seconds=1),
+        park=False,
+        now=NOW,
+        queue=retries,
+    )
+    (row,) = store.rows.values()
+    assert (row.task_id, row.available_at) == ("t8", NOW + timedelta(seconds=1))
+    assert row.options["routing_key"] == retries
+
+
 def test_a_queue_given_to_retry_wins_over_the_retry_queue(
     app: Celery, queue_name: str, store: InMemoryOutboxStore
 ) -> None:
