@@ -95,12 +95,15 @@ def start_worker(
     env: Mapping[str, str] | None = None,
     app_module: str = "benchmarks.worker_app",
     queue: str | None = None,
+    nice: int = 0,
 ) -> Child:
     """A Celery worker of ``app_module`` (the benchmark app) on ``queue`` (this run's
-    queue by default), once it is ready (the module prints :data:`READY`)."""
+    queue by default), at CPU priority ``nice``, once it is ready (the module prints
+    :data:`READY`)."""
     from benchmarks.app import QUEUE
 
     argv = [
+        *(["nice", "-n", str(nice)] if nice else []),
         sys.executable,
         "-m",
         "celery",
