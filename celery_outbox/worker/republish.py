@@ -108,6 +108,8 @@ def requeue_later(task: Task[Any, Any], attempt: Attempt, cause: Exception) -> N
     headers: dict[str, Any] = {REQUEUES_HEADER: attempt.requeues + 1}
     if attempt.first_failed_at is not None:
         headers[FIRST_FAILED_HEADER] = attempt.first_failed_at.isoformat()
+    if attempt.home is not None:  # put back on the retry queue: keep the task's own routing
+        headers[HOME_HEADER] = json.dumps(dict(attempt.home))
     options = attempt.resend_options(eta=eta, retries=attempt.retries, headers=headers)
     if _publish_eta(task, attempt, _message(task, attempt, options, now=now)):
         logger.warning(

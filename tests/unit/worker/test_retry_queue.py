@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from celery.exceptions import Retry
+from celery.exceptions import Ignore, Retry
 
 from celery_outbox import OutboxTask
 from celery_outbox.registry import install_store
 from celery_outbox.testing import InMemoryOutboxStore
 from celery_outbox.worker.attempt import HOME_HEADER, Attempt, attempt_from_request
 from celery_outbox.worker.outcomes import after_failure
-from celery_outbox.worker.republish import schedule_retry
+from celery_outbox.worker.republish import requeue_later, schedule_retry
 from tests.unit.worker.support import TASK, attempt_of, deliver, queued, queued_ids
 
 NOW = datetime.now(timezone.utc)
@@ -165,6 +165,26 @@ def test_autoretry_goes_to_the_tasks_retry_queue_and_its_dead_letter_keeps_the_h
         )
     (letter,) = store.letters.values()
     assert letter.options["queue"] == queue_name  # requeued to the task's own queue
+
+
+def test_a_retry_put_back_while_the_store_is_down_keeps_the_tasks_own_routing(
+    app: Celery, queue_name: str
+) -> None:
+    retries = f"{queue_name}-retries"
+    home = {**HOME, "queue": queue_name}
+    attempt = Attempt(
+        task_name=TASK,
+        task_id="t9",
+        args=(1,),
+        retries=1,
+        delivery_info={"exchange": "", "routing_key": retries},
+        options={"queue": retries},
+        home=home,
+    )
+    with pytest.raises(Ignore):
+        requeue_later(app.tasks[TASK], attempt, RuntimeError("store down"))
+    (headers,) = queued(retries)  # put back where it was delivered from
+    assert json.loads(headers[HOME_HEADER]) == home
 
 
 def test_the_home_header_is_read_back_and_a_foreign_one_ignored(app: Celery) -> None:
