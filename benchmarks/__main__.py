@@ -20,6 +20,7 @@ NAMES = (
     "sweep",
     "retry_memory",
     "no_blocking",
+    "retry_isolation",
     "latency",
     "atomic",
     "workflows",
@@ -46,6 +47,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--chains", type=int, default=200, help="workflows: chains per case")
     parser.add_argument("--warm-up", type=int, default=1000, help="retry memory warm-up tasks")
     parser.add_argument("--failing", type=int, default=20, help="no blocking: failing tasks")
+    parser.add_argument("--storm", type=int, default=500, help="retry isolation: failing tasks")
     parser.add_argument(
         "--scrape-rows", type=int, default=1_000_000, help="scrape: outbox rows (1,000,000)"
     )
@@ -62,7 +64,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.rounds, args.enqueue_tasks, args.rows = 1, 100, 300
         args.retries, args.healthy, args.latency_tasks = 100, 100, 30
         args.warm_up, args.failing, args.atomic_tasks = 100, 2, 50
-        args.chains, args.scrape_rows = 10, 3000
+        args.chains, args.scrape_rows, args.storm = 10, 3000, 20
     return args
 
 
@@ -76,6 +78,7 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         no_blocking,
         observability,
         peer,
+        retry_isolation,
         retry_memory,
         scrape,
         sweep,
@@ -91,6 +94,8 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         return retry_memory.run(retries=args.retries, warm_up=args.warm_up, **quick)
     if name == "no_blocking":
         return no_blocking.run(healthy=args.healthy, rounds=args.rounds, failing=args.failing)
+    if name == "retry_isolation":
+        return retry_isolation.run(healthy=args.healthy, rounds=args.rounds, storm=args.storm)
     if name == "latency":
         return latency.run(tasks=args.latency_tasks)
     if name == "atomic":

@@ -160,3 +160,47 @@ def outbox_retry_long(self: Task[Any, Any], i: int) -> Any:
     """OutboxTask: retry in an hour (parked in the outbox table)."""
     reports().incr(key("ran"))
     raise self.retry(countdown=LONG_RETRY)
+
+
+# -- retry isolation -------------------------------------------------------------------------
+#: The queue of the storm's retries with ``retry_queue`` (a worker of its own consumes it);
+#: under this run's report prefix, so purging the run purges it too.
+RETRY_QUEUE = f"{QUEUE}:retries"
+#: The retry queue of :func:`storm_isolated_low` (its worker runs at a lower CPU priority).
+LOW_RETRY_QUEUE = f"{QUEUE}:retries-low"
+#: Backoff cap (seconds) of the storm tasks: from their fifth attempt on, each retries
+#: every 2 s while the outage lasts (500 tasks: about 250 failing attempts a second).
+STORM_BACKOFF_MAX = 2.0
+
+
+def _storm(i: int) -> None:
+    """Fail while the run's ``outage`` key is set; count the attempt, and the success."""
+    reports().incr(key("storm_attempts"))
+    if reports().exists(key("outage")):
+        raise ProviderDown(i)
+    reports().incr(key("storm_done"))
+
+
+class _StormTask(OutboxTask):
+    autoretry_for = (ProviderDown,)
+    max_retries = None  # keep retrying until the outage ends
+    retry_backoff = FAILING_BACKOFF
+    retry_backoff_max = STORM_BACKOFF_MAX
+
+
+@app.task(base=_StormTask, name="bench.storm_shared")
+def storm_shared(i: int) -> None:
+    """A storm task whose retries go back to the healthy tasks' queue."""
+    _storm(i)
+
+
+@app.task(base=_StormTask, name="bench.storm_isolated", retry_queue=RETRY_QUEUE)
+def storm_isolated(i: int) -> None:
+    """A storm task whose retries go to :data:`RETRY_QUEUE`."""
+    _storm(i)
+
+
+@app.task(base=_StormTask, name="bench.storm_isolated_low", retry_queue=LOW_RETRY_QUEUE)
+def storm_isolated_low(i: int) -> None:
+    """A storm task whose retries go to :data:`LOW_RETRY_QUEUE`."""
+    _storm(i)

@@ -37,7 +37,7 @@ def _line(row: dict[str, Any]) -> tuple[str, ...]:
             f"{'p99' if name == 'scrape' else 'p50'} <= {_num(target)} ms" if target else "",
             met,
         )
-    if name == "no blocking":
+    if name in ("no blocking", "retry isolation"):
         met = "" if target is None else ("yes" if row["ratio"] >= target else "NO")
         return (
             name,

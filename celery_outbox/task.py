@@ -61,6 +61,9 @@ class OutboxTask(_TaskBase):
     retry_backoff_max: float = 300.0
     #: Seconds after the first failure when retrying stops (``None``: no deadline).
     retry_max_elapsed: float | None = None
+    #: Queue of every retry (ETA or parked), so failing tasks cannot delay fresh work
+    #: (``None``: the setting ``outbox_retry_queue``, else the task's own queue).
+    retry_queue: str | None = None
     #: Exactly-once effects in the database: the body, its dispatches and a
     #: ``CompletedTask`` row commit in one transaction; a duplicate delivery is skipped.
     atomic: bool = False

@@ -8,6 +8,7 @@ a message is put back after a backoff (:func:`requeue_later`).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
@@ -23,7 +24,12 @@ from celery_outbox.envelope import build_message
 from celery_outbox.records import NewMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.signals import task_retry_scheduled
-from celery_outbox.worker.attempt import FIRST_FAILED_HEADER, REQUEUES_HEADER, Attempt
+from celery_outbox.worker.attempt import (
+    FIRST_FAILED_HEADER,
+    HOME_HEADER,
+    REQUEUES_HEADER,
+    Attempt,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,12 +46,14 @@ def schedule_retry(
     park: bool,
     now: datetime,
     overrides: Mapping[str, Any] | None = None,
+    queue: str | None = None,
 ) -> Retry:
     """Send the next attempt of the failed ``attempt`` in ``delay``; return the ``Retry``
     to raise. ``park`` keeps it as an outbox row rather than a broker ETA.
 
     ``attempt`` carries the arguments of the next attempt, ``overrides`` its extra
-    ``apply_async`` options (``retry(**options)``).
+    ``apply_async`` options (``retry(**options)``). ``queue`` is the retry queue
+    (``None``: where the task came from); a ``queue`` among ``overrides`` wins over it.
 
     Raises
     ------
@@ -54,11 +62,14 @@ def schedule_retry(
     """
     eta = now + delay
     first_failed = attempt.first_failed_at or now
+    headers: dict[str, Any] = {FIRST_FAILED_HEADER: first_failed.isoformat()}
+    overrides = dict(overrides or {})
+    if queue and not overrides.get("queue"):
+        overrides["queue"] = queue
+        # The task's own queue, for a requeue of its dead letter.
+        headers[HOME_HEADER] = json.dumps(attempt.routing())
     options = attempt.resend_options(
-        eta=eta,
-        retries=attempt.retries + 1,
-        headers={FIRST_FAILED_HEADER: first_failed.isoformat()},
-        overrides=overrides,
+        eta=eta, retries=attempt.retries + 1, headers=headers, overrides=overrides
     )
     message = _message(task, attempt, options, now=now)
     if not park and _publish_eta(task, attempt, message):
@@ -97,6 +108,8 @@ def requeue_later(task: Task[Any, Any], attempt: Attempt, cause: Exception) -> N
     headers: dict[str, Any] = {REQUEUES_HEADER: attempt.requeues + 1}
     if attempt.first_failed_at is not None:
         headers[FIRST_FAILED_HEADER] = attempt.first_failed_at.isoformat()
+    if attempt.home is not None:  # put back on the retry queue: keep the task's own routing
+        headers[HOME_HEADER] = json.dumps(dict(attempt.home))
     options = attempt.resend_options(eta=eta, retries=attempt.retries, headers=headers)
     if _publish_eta(task, attempt, _message(task, attempt, options, now=now)):
         logger.warning(

@@ -28,6 +28,7 @@ FIELDS = {
     "sweep": ("plain", "ours", "ratio"),
     "retry_memory": ("plain", "ours", "ratio", "db_bytes_per_row"),
     "no_blocking": ("baseline", "value", "ratio"),
+    "retry_isolation": ("baseline", "value", "ratio"),
     "latency": ("p50", "p99"),
     "atomic": ("plain", "ours", "ratio", "completed_bytes_per_row"),
     "workflows": ("plain", "ours", "ratio", "plain_seconds", "ours_seconds", "ours_p95_ms"),
