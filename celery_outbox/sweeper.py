@@ -153,14 +153,34 @@ class Sweeper:
     def sweep_all(
         self, aliases: Sequence[str | None] | None = None, *, path: PublishPath = "sweep"
     ) -> SweepReport:
-        """:meth:`sweep` each of ``aliases`` (default: ``store.sweep_aliases()``)."""
+        """:meth:`sweep` each of ``aliases`` (default: ``store.sweep_aliases()``).
+
+        A database whose store fails (down, or an alias removed from settings) does not
+        stop the others: each is swept, then the failures are raised as one
+        :class:`StoreError` naming their aliases (a single database's error is raised as is).
+        """
         report = SweepReport()
-        for alias in self.store.sweep_aliases() if aliases is None else aliases:
-            report += (
-                self.sweep(alias, path=path)
-                + self.purge_expired(alias)
-                + self.purge_completed(alias)
-            )
+        aliases = list(self.store.sweep_aliases() if aliases is None else aliases)
+        failed: list[tuple[str | None, StoreError]] = []
+        for alias in aliases:
+            try:
+                report += (
+                    self.sweep(alias, path=path)
+                    + self.purge_expired(alias)
+                    + self.purge_completed(alias)
+                )
+            except StoreError as exc:
+                if len(aliases) == 1:
+                    raise
+                failed.append((alias, exc))
+                logger.error("celery-outbox: could not sweep database %r; sweeping on", alias)
+        if failed:
+            names = ", ".join(repr(alias) for alias, _ in failed)
+            errors = " ".join(f"{alias!r}: {exc}" for alias, exc in failed)
+            raise StoreError(
+                f"celery-outbox: could not sweep database(s) {names} (the others were swept, "
+                f"{report.as_dict()}). {errors}"
+            ) from failed[0][1]
         return report
 
     def purge_expired(self, using: str | None = None) -> SweepReport:

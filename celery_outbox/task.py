@@ -23,6 +23,7 @@ from celery_outbox.signals import task_dispatched
 from celery_outbox.superseding import superseding
 from celery_outbox.worker import atomic as atomic_runs
 from celery_outbox.worker import runner, unknown
+from celery_outbox.worker.arguments import check_arguments
 from celery_outbox.worker.attempt import USING_HEADER, attempt_from_request
 from celery_outbox.worker.options import check_tasks, checked_options
 from celery_outbox.worker.steps import Step
@@ -92,6 +93,7 @@ class OutboxTask(_TaskBase):
         step = Step.of(self, request, attempt)
 
         def call() -> Any:
+            check_arguments(self, attempt.task_id, args, kwargs)
             return self.run(*args, **kwargs)
 
         if not atomic_runs.is_atomic(self):
