@@ -170,3 +170,17 @@ def test_the_backlog_and_the_sweep_record_on_other_databases(other_database_url:
     failed = {name: text for name, text in outcome["tests"].items() if text != "passed"}
     assert failed == {}
     assert len(outcome["tests"]) >= 10
+
+
+def test_concurrent_same_id_dispatches_write_one_pending_row_on_other_databases(
+    other_database_url: str,
+) -> None:
+    env = {"OUTBOX_DJANGO_DB_URL": other_database_url}
+    outcome = json.loads(run_django(["tests.django.dispatch_races_client"], env))
+    vendor = other_database_url.split(":")[0]
+    assert outcome["vendor"] == vendor
+    # MariaDB: the key over the generated column (migration 0008); SQLite: the partial index.
+    assert outcome["key"] == (["pending_task_id"] if vendor == "mysql" else ["task_id"])
+    failed = {name: text for name, text in outcome["tests"].items() if text != "passed"}
+    assert failed == {}
+    assert len(outcome["tests"]) >= 2
