@@ -1,4 +1,5 @@
-"""The contract tests of concurrent same-id dispatches (``tests/contract/test_dispatch_races.py``)
+"""The contract tests of dispatch, superseding and concurrent same-id dispatches
+(``tests/contract/test_dispatch.py``, ``test_superseding.py``, ``test_dispatch_races.py``)
 on the Django store, in a process of its own on the database its environment names.
 
 ``python -m tests.django.dispatch_races_client`` runs with ``tests.django.db_settings``, so
@@ -24,7 +25,7 @@ from django.db import connection  # noqa: E402
 
 from celery_outbox.pending_key import PENDING_TASK_INDEX  # noqa: E402
 from celery_outbox.records import OUTBOX_TABLE  # noqa: E402
-from tests.contract import test_dispatch_races as contract  # noqa: E402
+from tests.contract import test_dispatch, test_dispatch_races, test_superseding  # noqa: E402
 from tests.contract.harness import DjangoHarness  # noqa: E402
 
 
@@ -38,16 +39,17 @@ def _key_columns() -> list[str]:
 def main() -> None:
     call_command("migrate", "--noinput", verbosity=0)
     outcome: dict[str, str] = {}
-    for name, test in vars(contract).items():
-        if not name.startswith("test_") or not callable(test):
-            continue
-        harness = DjangoHarness()
-        harness.clear()
-        try:
-            test(harness)
-            outcome[name] = "passed"
-        except BaseException:
-            outcome[name] = traceback.format_exc()
+    for module in (test_dispatch, test_superseding, test_dispatch_races):
+        for name, test in vars(module).items():
+            if not name.startswith("test_") or not callable(test):
+                continue
+            harness = DjangoHarness()
+            harness.clear()
+            try:
+                test(harness)
+                outcome[name] = "passed"
+            except BaseException:
+                outcome[name] = traceback.format_exc()
     print(json.dumps({"vendor": connection.vendor, "key": _key_columns(), "tests": outcome}))
 
 
