@@ -53,9 +53,9 @@ class OrmStrategy:
     def insert(self, message: NewMessage, *, alias: str) -> int | None:
         """Insert ``message``; its row id, or ``None`` when its task id is already pending.
 
-        A ``SELECT`` comes first (no partial unique index on MySQL/MariaDB): two
-        concurrent transactions dispatching the same explicit task id may then both
-        insert a row (documented).
+        A ``SELECT`` comes first: on a database with neither a partial unique index nor a
+        strategy of its own, two concurrent transactions dispatching the same explicit
+        task id may then both insert a row (documented).
         """
         if messages(alias).pending().filter(task_id=message.task_id).exists():
             return None
