@@ -1,0 +1,67 @@
+"""The Celery app of the chaos soak (``test_soak.py``): every reliability task in one app.
+
+It is the reliability app (:mod:`tests.reliability.app`: ``record``, ``flaky`` ...) plus
+the atomic tasks of the atomic chaos scenario (:mod:`tests.reliability.atomic_app`) and
+the atomic workflow steps of the workflow chaos scenario
+(:mod:`tests.reliability.workflow_chaos_app`), so one worker runs all of the soak's load.
+The test process, the workers (``celery -A tests.reliability.soak_app worker``) and the
+sweeper (``python -m tests.reliability.soak_sweeper``) build it from the same
+``RELIABILITY_*`` variables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from celery import Celery
+from sqlalchemy import Engine
+
+from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
+from tests.reliability.atomic_app import create_chaos_tables, register_chaos_tasks
+from tests.reliability.workflow_chaos_app import register_outbox_tasks, wfc_metadata
+
+#: The soak's settings over the reliability app's (fast) ones: retries waiting over 0.5 s
+#: are parked in the table; published rows are kept (so that the chaos can publish some
+#: again); a step killed under its child many times is not dead-lettered by design.
+SOAK_CONF: dict[str, Any] = {
+    "outbox_park_after": 0.5,
+    "outbox_keep_published": 3600.0,
+    "outbox_max_deliveries": 50,
+}
+
+
+def create_soak_app(
+    *, broker: str, db_url: str, queue: str, ledger_dir: str, **conf: Any
+) -> tuple[Celery, SQLAlchemyOutboxStore]:
+    """The reliability app with the atomic chaos tasks and the atomic workflow steps."""
+    from tests.reliability.app import create_app
+
+    app, store = create_app(
+        broker=broker, db_url=db_url, queue=queue, ledger_dir=ledger_dir, **{**SOAK_CONF, **conf}
+    )
+    register_chaos_tasks(app, store, ledger_dir)
+    register_outbox_tasks(app, ledger_dir)
+    return app, store
+
+
+def create_soak_tables(engine: Engine) -> None:
+    """The outbox tables, the reliability tables, and those of both chaos scenarios."""
+    create_chaos_tables(engine)
+    wfc_metadata.create_all(engine)
+
+
+def env_app() -> tuple[Celery, SQLAlchemyOutboxStore]:
+    """The app built from the ``RELIABILITY_*`` environment variables."""
+    return create_soak_app(
+        broker=os.environ["RELIABILITY_BROKER"],
+        db_url=os.environ["RELIABILITY_DB"],
+        queue=os.environ["RELIABILITY_QUEUE"],
+        ledger_dir=os.environ["RELIABILITY_LEDGER"],
+        **json.loads(os.environ.get("RELIABILITY_CONF") or "{}"),
+    )
+
+
+if "RELIABILITY_BROKER" in os.environ:
+    app, store = env_app()
