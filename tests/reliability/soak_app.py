@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from celery import Celery
@@ -30,6 +31,18 @@ SOAK_CONF: dict[str, Any] = {
     "outbox_keep_published": 3600.0,
     "outbox_max_deliveries": 50,
 }
+
+
+def soak_seconds(environ: Mapping[str, str] = os.environ) -> float:
+    """``OUTBOX_SOAK_SECONDS`` (default 600): seconds of load and chaos before the drain."""
+    raw = environ.get("OUTBOX_SOAK_SECONDS", "600")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 10 <= seconds <= 24 * 3600:
+        raise ValueError(f"OUTBOX_SOAK_SECONDS={raw!r}: expected seconds from 10 to 86400")
+    return seconds
 
 
 def create_soak_app(

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import pytest
 
@@ -39,26 +39,13 @@ from tests.reliability.chaos import REPUBLISH_ONE_IN, Chaos
 from tests.reliability.conftest import RecordResult
 from tests.reliability.harness import ScenarioEnv, Supervisor, pending_rows
 from tests.reliability.servers import ThrowawayPostgres, ThrowawayRedis
-from tests.reliability.soak_app import create_soak_app, create_soak_tables
+from tests.reliability.soak_app import create_soak_app, create_soak_tables, soak_seconds
 from tests.reliability.soak_chaos import STALL_AFTER, WEIGHTS, SoakChaos, SweeperProcess
 from tests.reliability.soak_load import Load
 from tests.reliability.soak_tally import count, describe, drain
 from tests.reliability.workflow_chaos import backlog
 from tests.reliability.workflow_chaos_app import SKIPPED
 from tests.worker import WorkerProcess
-
-
-def soak_seconds(environ: Mapping[str, str] = os.environ) -> float:
-    """``OUTBOX_SOAK_SECONDS`` (default 600): seconds of load and chaos before the drain."""
-    raw = environ.get("OUTBOX_SOAK_SECONDS", "600")
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 10 <= seconds <= 24 * 3600:
-        raise ValueError(f"OUTBOX_SOAK_SECONDS={raw!r}: expected seconds from 10 to 86400")
-    return seconds
-
 
 SECONDS = soak_seconds()
 #: Seconds between two rounds of load; mean seconds between two disturbances.
