@@ -20,8 +20,26 @@ from celery import Celery
 from sqlalchemy import Engine
 
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
-from tests.reliability.atomic_app import create_chaos_tables, register_chaos_tasks
-from tests.reliability.workflow_chaos_app import register_outbox_tasks, wfc_metadata
+from tests.reliability.atomic_app import (
+    ATOMIC_ADD,
+    ATOMIC_FOLLOW,
+    create_chaos_tables,
+    register_chaos_tasks,
+)
+from tests.reliability.workflow_chaos_app import (
+    COLLECT,
+    STEP,
+    register_outbox_tasks,
+    wfc_metadata,
+)
+
+#: Retries of the atomic tasks: a delivery that cannot open its transaction while the
+#: database is down or starting up is retried like a failure of its body, and the fast
+#: windows of the reliability app (0.2 s, then up to 1 s) would spend Celery's default 3
+#: within an outage: the soak's first 600 s run dead-lettered a workflow step so (the
+#: store's "could not start an atomic task: ... not yet accepting connections").
+#: 50 retries outlast every outage the soak makes (at most 5 s, plus the restart).
+ATOMIC_RETRIES = 50
 
 #: The soak's settings over the reliability app's (fast) ones: retries waiting over 0.5 s
 #: are parked in the table; published rows are kept (so that the chaos can publish some
@@ -30,6 +48,9 @@ SOAK_CONF: dict[str, Any] = {
     "outbox_park_after": 0.5,
     "outbox_keep_published": 3600.0,
     "outbox_max_deliveries": 50,
+    "task_annotations": {
+        name: {"max_retries": ATOMIC_RETRIES} for name in (ATOMIC_ADD, ATOMIC_FOLLOW, STEP, COLLECT)
+    },
 }
 
 

@@ -1,6 +1,7 @@
 """The soak's load: rounds of mixed dispatches, each in a database transaction.
 
-Each round (:meth:`Load.step`) commits one transaction dispatching:
+Each round (:meth:`Load.step`, a round a second in a thread of its own: :meth:`Load.run`)
+commits one transaction dispatching:
 
 - ``r<n>-<i>``: ``record`` tasks (run now), and ``e<n>``: one ``record`` with a countdown
   of 0.5-3 s (an ETA message, or a row parked until due);
@@ -21,6 +22,7 @@ and ``rb<n>-a`` (atomic) and rolls back: neither may ever run. A transaction tha
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -59,6 +61,19 @@ class Load:
     failed_transactions: int = 0
     rolled_back: int = 0
     attempted: Counter[str] = field(default_factory=Counter)
+
+    error: BaseException | None = None
+
+    def run(self, stop: threading.Event, *, every: float) -> None:
+        """Rounds every ``every`` seconds until ``stop`` (a thread's target: the disturbances
+        block the test's loop, starting a worker or a server, but not the load). An
+        unexpected error ends it and is kept in :attr:`error`."""
+        try:
+            while not stop.is_set():
+                self.step()
+                stop.wait(every)
+        except BaseException as exc:  # the test re-raises it
+            self.error = exc
 
     def step(self) -> None:
         """One round: a committed transaction of mixed dispatches and a rolled-back one."""

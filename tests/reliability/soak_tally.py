@@ -20,7 +20,7 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from celery_outbox.records import MessageStatus
-from celery_outbox.sqlalchemy import completed_table, outbox_table
+from celery_outbox.sqlalchemy import completed_table, dead_letter_table, outbox_table
 from tests.reliability import ledger
 from tests.reliability.atomic_app import ATOMIC_ADD, ATOMIC_FOLLOW, counter, effects
 from tests.reliability.harness import ScenarioEnv, expected_keys, pending_rows
@@ -53,6 +53,7 @@ class SoakCount:
     workflow_steps: int
     workflows_succeeded: int
     workflows_total: int
+    dead_letters: dict[str, str]  # task id: "<task name>: <exception type>"
 
     @property
     def tasks(self) -> int:
@@ -110,18 +111,29 @@ def count(engine: Engine, env: ScenarioEnv) -> SoakCount:
         workflow_steps=len(expect),
         workflows_succeeded=statuses["succeeded"],
         workflows_total=len(canvases),
+        dead_letters=dead_letters(engine),
     )
 
 
+def dead_letters(engine: Engine) -> dict[str, str]:
+    """Every dead letter: none is expected (the soak's retries outlast its outages)."""
+    c = dead_letter_table.c
+    with engine.connect() as conn:
+        rows = conn.execute(select(c.task_id, c.task_name, c.exception_type)).all()
+    return {row.task_id: f"{row.task_name}: {row.exception_type}" for row in rows}
+
+
 def republish_missing(engine: Engine, found: SoakCount) -> int:
-    """Make the published rows of what never ran pending again; how many."""
+    """Make the published rows of what never ran pending again (not those of dead letters:
+    nothing runs them again but an operator's requeue); how many."""
     c = outbox_table.c
     published = c.status == MessageStatus.PUBLISHED.value
     not_done = c.task_id.in_(sorted(found.plain.lost)) | (
         c.task_name.in_(ATOMIC_NAMES) & c.task_id.not_in(select(completed_table.c.task_id))
     )
+    dead = c.task_id.in_(sorted(found.dead_letters))
     with engine.begin() as conn:
-        ids = list(conn.execute(select(c.id).where(published & not_done)).scalars())
+        ids = list(conn.execute(select(c.id).where(published & not_done & ~dead)).scalars())
         if ids:
             conn.execute(
                 update(outbox_table)
@@ -162,7 +174,10 @@ def drain(chaos: SoakChaos, engine: Engine, env: ScenarioEnv, *, timeout: float)
         if busy:
             quiet_since = now
         elif now - quiet_since >= QUIET:
-            lost_past_broker += republish_missing(engine, found)
+            republished = republish_missing(engine, found)
+            if not republished and found.dead_letters:  # nothing else can run
+                return Drained(lost_past_broker, False, now - started)
+            lost_past_broker += republished
             quiet_since = now
     return Drained(lost_past_broker, True, time.monotonic() - started)
 
@@ -178,4 +193,5 @@ def describe(found: SoakCount) -> dict[str, Any]:
         "atomic_effect_duplicates": found.atomic_duplicates,
         "workflows_succeeded": f"{found.workflows_succeeded}/{found.workflows_total}",
         "workflow_wrong_values": found.workflow.wrong + found.workflow.bodies_wrong,
+        "dead_letters": len(found.dead_letters),
     }

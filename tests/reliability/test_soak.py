@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 
@@ -106,21 +107,25 @@ def test_soak_mixed_load_under_random_kills_and_outages(
         republisher=Chaos(app, store, workers[WORKERS[0]].worker),
         work_left=lambda: pending_rows(engine) > 0 or backlog(env.broker, env.queue) > 0,
     )
-    load = Load(app, store, rng)
+    load = Load(app, store, random.Random(seed + 1))
+    stop = threading.Event()
+    loading = threading.Thread(target=load.run, args=(stop,), kwargs={"every": ROUND_EVERY})
     try:
         started = time.monotonic()
-        next_round = started
-        while time.monotonic() - started < SECONDS:
-            if time.monotonic() >= next_round:  # no catching up after a blocking restart
-                next_round = time.monotonic() + ROUND_EVERY
-                load.step()
+        loading.start()
+        while time.monotonic() - started < SECONDS and loading.is_alive():
             chaos.step()
             time.sleep(0.2)
+        stop.set()
+        loading.join(timeout=60)
         chaos_seconds = time.monotonic() - started
         drained = drain(chaos, engine, env, timeout=DRAIN_TIMEOUT)
         found = count(engine, env)
     finally:
+        stop.set()
         sweeper.kill()
+    if load.error is not None:
+        raise load.error
     skipped = sum(ledger.events(env.ledger_dir, SKIPPED).values())
     redis_stops = chaos.done["redis"]
     record_result(
@@ -158,6 +163,7 @@ def test_soak_mixed_load_under_random_kills_and_outages(
 
     assert set(chaos.done) >= set(WEIGHTS), f"a disturbance never happened: {chaos.done}"
     assert all(found.committed[kind] for kind in ("record", "flaky", "atomic", "workflow"))
+    assert not found.dead_letters, f"dead letters: {found.dead_letters}"
     assert not drained.timed_out, f"not drained in {DRAIN_TIMEOUT} s: {found.summary()}"
     assert found.lost == 0, found.summary()
     assert not found.plain.phantoms, f"rolled-back tasks ran: {sorted(found.plain.phantoms)[:5]}"

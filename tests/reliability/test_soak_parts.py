@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.soak_app import create_soak_app, soak_seconds
+from tests.reliability.atomic_app import ATOMIC_ADD
+from tests.reliability.soak_app import ATOMIC_RETRIES, create_soak_app, soak_seconds
 from tests.reliability.soak_load import canvas, kind_of, workflow_expected
+from tests.reliability.workflow_chaos_app import STEP
 from tests.reliability.workflow_tally import WorkflowTally, tally
 
 
@@ -57,4 +59,6 @@ def test_canvases_record_the_expected_keys(tmp_path: Path) -> None:
     chord = canvas(app, "wd1")
     chord_keys = [step.args[-1] for step in chord.tasks] + [chord.body.args[-1]]
     assert chain_keys + chord_keys == list(workflow_expected(["wc0", "wd1"]))
+    # The atomic tasks' retries outlast the soak's database outages (soak_app.ATOMIC_RETRIES).
+    assert {app.tasks[name].max_retries for name in (ATOMIC_ADD, STEP)} == {ATOMIC_RETRIES}
     store.engine.dispose()
