@@ -150,6 +150,8 @@ def test_soak_mixed_load_under_random_kills_and_outages(
             "redis_stops": redis_stops,
             "postgres_stops": chaos.done["postgres"],
             "worker_restarts": chaos.worker_restarts(),
+            "worker_start_failures": chaos.start_failures,
+            "sweeper_restarts_unplanned": chaos.done["sweeper_restarts_unplanned"],
             "tasks_killed": sum(w.log_text().count("WorkerLostError(") for w in started_workers),
             "rolled_back_dispatches": load.rolled_back,
             "failed_transactions": load.failed_transactions,
