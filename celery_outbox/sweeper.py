@@ -8,10 +8,9 @@ the batch in one statement. Claims make concurrent sweeps safe by construction: 
 sweepers never hold the same row, and one whose lease ran out cannot mark the rows
 another sweeper took over (fencing).
 
-A sweep also records that it ran (:meth:`~celery_outbox.monitoring.MonitoredStore.record_sweep`,
-read by the health check): a sweeper asks the store at most twice per
-``outbox_sweep_interval`` and the store writes at most once per interval, however often
-the relay loop sweeps and however many sweepers run.
+A sweep also records that it ran (``store.record_sweep``, read by the health check): a
+sweeper asks the store at most twice per ``outbox_sweep_interval`` and the store writes
+at most once per interval, however often the relay loop sweeps and however many run.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from celery import Celery
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
+from celery_outbox.listener import Wakeups, listen_connectors
 from celery_outbox.records import Claim, MessageStatus
 from celery_outbox.relay import PublishPath, Relay
 from celery_outbox.storage import OutboxStore
@@ -241,23 +241,45 @@ class Sweeper:
         poll: float | timedelta,
         *,
         aliases: Sequence[str | None] | None = None,
+        listen: bool = True,
     ) -> None:
         """Sweep ``aliases`` (default: every alias of the store) until ``stop`` is set.
 
-        ``poll`` (seconds, or a timedelta) is the pause between passes that found
-        nothing more to do; a pass that left due rows behind is followed at once by the next one. A
+        ``poll`` (seconds, or a timedelta) is the longest pause between passes that found
+        nothing more to do; a pass that left due rows behind is followed at once by the
+        next one. A pause ends when the next parked row comes due (``store.next_due``)
+        and, with ``listen``, at a PostgreSQL ``NOTIFY`` of a row nobody publishes at
+        commit (:mod:`celery_outbox.listener`; polling where it cannot LISTEN). A
         :class:`StoreError` is logged and the loop pauses (doubling from ``poll`` up to
-        :data:`MAX_ERROR_BACKOFF`) before it tries again. The relay's broker connection
-        is released when the loop ends.
+        :data:`MAX_ERROR_BACKOFF`) before it tries again. The broker and LISTEN
+        connections are released when the loop ends.
         """
         idle = poll.total_seconds() if isinstance(poll, timedelta) else float(poll)
+        names = self.store.sweep_aliases() if aliases is None else aliases
+        wakeups = Wakeups(listen_connectors(self.store, names) if listen else ())
         errors = 0
         try:
             while not stop.is_set():
-                pause, errors = self._run_once(idle, errors, aliases)
-                stop.wait(pause)
+                pause, errors = self._run_once(idle, errors, names)
+                if errors:
+                    stop.wait(pause)
+                elif pause > 0:
+                    wakeups.wait(self._until_due(pause, names), stop)
         finally:
+            wakeups.close()
             self.relay.close()
+
+    def _until_due(self, pause: float, aliases: Sequence[str | None]) -> float:
+        """``pause``, or less when a parked row comes due sooner."""
+        now = self.clock()
+        for alias in aliases:
+            try:
+                due = self.store.next_due(after=now, using=alias)
+            except StoreError:  # the next pass reports it
+                return pause
+            if due is not None:
+                pause = min(pause, max((due - now).total_seconds(), 0.0))
+        return pause
 
     def _run_once(
         self, idle: float, errors: int, aliases: Sequence[str | None] | None

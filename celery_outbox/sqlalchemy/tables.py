@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sqlalchemy import Column, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import DDL, Column, Index, Integer, MetaData, String, Table, Text, event
 from sqlalchemy.dialects import mysql
 
 from celery_outbox.records import (
@@ -28,6 +28,7 @@ from celery_outbox.records import (
     MessageStatus,
 )
 from celery_outbox.sqlalchemy.types import BigIdType, JSONType, UTCDateTime
+from celery_outbox.wakeups import CREATE_TRIGGER
 
 #: Name of the partial unique index making ``task_id`` an idempotency key of pending rows.
 PENDING_TASK_INDEX = "celery_outbox_pending_task_uniq"
@@ -97,6 +98,9 @@ def _outbox_table(metadata: MetaData) -> Table:
         postgresql_where=pending,
         sqlite_where=pending,
     ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS)  # type: ignore[arg-type]  # a tuple is documented
+    for statement in CREATE_TRIGGER:  # the relay's NOTIFY (celery_outbox.wakeups)
+        ddl = DDL(statement).execute_if(dialect="postgresql")  # type: ignore[no-untyped-call]
+        event.listen(table, "after_create", ddl)
     return table
 
 
