@@ -26,17 +26,15 @@ from celery import Celery
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
-from celery_outbox.listener import Wakeups, listen_connectors
 from celery_outbox.records import Claim, MessageStatus
 from celery_outbox.relay import PublishPath, Relay
+from celery_outbox.relay_loop import RelayLoop
 from celery_outbox.storage import OutboxStore
 
 logger = logging.getLogger(__name__)
 
 #: How long one sweep keeps claiming batches before it leaves the rest to the next one.
 SWEEP_BUDGET = timedelta(seconds=30)
-#: Longest pause of :meth:`Sweeper.run` after a store error (it doubles from ``poll``).
-MAX_ERROR_BACKOFF = timedelta(seconds=30)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,56 +241,14 @@ class Sweeper:
         aliases: Sequence[str | None] | None = None,
         listen: bool = True,
     ) -> None:
-        """Sweep ``aliases`` (default: every alias of the store) until ``stop`` is set.
+        """Sweep ``aliases`` (default: every alias of the store) until ``stop`` is set:
+        the relay loop of ``outbox relay`` (:class:`~celery_outbox.relay_loop.RelayLoop`).
 
         ``poll`` (seconds, or a timedelta) is the longest pause between passes that found
-        nothing more to do; a pass that left due rows behind is followed at once by the
-        next one. A pause ends when the next parked row comes due (``store.next_due``)
-        and, with ``listen``, at a PostgreSQL ``NOTIFY`` of a row nobody publishes at
-        commit (:mod:`celery_outbox.listener`; polling where it cannot LISTEN). A
-        :class:`StoreError` is logged and the loop pauses (doubling from ``poll`` up to
-        :data:`MAX_ERROR_BACKOFF`) before it tries again. The broker and LISTEN
-        connections are released when the loop ends.
+        nothing more to do; the pause ends sooner when a parked row comes due and, with
+        ``listen``, at a PostgreSQL ``NOTIFY`` of a row nobody publishes at commit.
         """
-        idle = poll.total_seconds() if isinstance(poll, timedelta) else float(poll)
-        names = self.store.sweep_aliases() if aliases is None else aliases
-        wakeups = Wakeups(listen_connectors(self.store, names) if listen else ())
-        errors = 0
-        try:
-            while not stop.is_set():
-                pause, errors = self._run_once(idle, errors, names)
-                if errors:
-                    stop.wait(pause)
-                elif pause > 0:
-                    wakeups.wait(self._until_due(pause, names), stop)
-        finally:
-            wakeups.close()
-            self.relay.close()
-
-    def _until_due(self, pause: float, aliases: Sequence[str | None]) -> float:
-        """``pause``, or less when a parked row comes due sooner."""
-        now = self.clock()
-        for alias in aliases:
-            try:
-                due = self.store.next_due(after=now, using=alias)
-            except StoreError:  # the next pass reports it
-                return pause
-            if due is not None:
-                pause = min(pause, max((due - now).total_seconds(), 0.0))
-        return pause
-
-    def _run_once(
-        self, idle: float, errors: int, aliases: Sequence[str | None] | None
-    ) -> tuple[float, int]:
-        try:
-            report = self.sweep_all(aliases, path="relay")
-        except StoreError:
-            logger.exception("celery-outbox: sweep failed; trying again")
-            pause = min(max(idle, 0.1) * 2**errors, MAX_ERROR_BACKOFF.total_seconds())
-            return pause, errors + 1
-        if report.published or report.failed or report.rescheduled:
-            logger.info("celery-outbox: swept %s", report.as_dict())
-        return (0.0 if report.more else idle), 0
+        RelayLoop(self, listen=listen).run(stop, poll, aliases=aliases)
 
 
 def _broker_down(batch: SweepReport) -> bool:
