@@ -165,11 +165,12 @@ def run(*, rows: int, parked: int) -> list[dict[str, Any]]:
     empty = empty_sweeps(parked)
     result.append(
         {
-            "benchmark": "empty sweep",
-            "case": f"{parked} parked rows, none due",
+            "benchmark": "sweep scale",
+            "case": f"empty sweep, {parked} parked rows, none due",
             "unit": "ms",
             "tasks": EMPTY_SWEEPS,
             "rounds": 1,
+            "ours": median(empty["times"]),
             "p50": median(empty["times"]),
             "p99": percentile(empty["times"], 0.99),
             "target": EMPTY_TARGET_MS,
