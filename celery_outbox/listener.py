@@ -146,7 +146,11 @@ class _Slot:
 
     def drain(self, retry_at: float) -> None:
         """Read what arrived (the notifications are not needed: a sweep follows); a
-        connection that fails here is lost: close it and poll until the next LISTEN."""
+        connection that fails here is lost: close it and poll until the next LISTEN.
+
+        A statement, not psycopg 3's ``notifies(timeout=0)``: that one returns nothing,
+        without an error, from a connection whose backend was terminated, whose socket
+        then stays readable for ever."""
         try:
             _execute(self.connection, "SELECT 1")
             notifies = getattr(self.connection, "notifies", None)
