@@ -18,6 +18,7 @@ from typing import Any
 NAMES = (
     "enqueue",
     "sweep",
+    "sweep_scale",
     "retry_memory",
     "no_blocking",
     "retry_isolation",
@@ -57,6 +58,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default="redis",
         help="the broker: Redis (default) or RabbitMQ (rows marked [RabbitMQ])",
     )
+    parser.add_argument(
+        "--parked-rows", type=int, default=1_000_000, help="empty sweep: parked rows (1,000,000)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
     parser.add_argument("--json", type=Path, default=None, help="output (results/latest.json)")
     args = parser.parse_args(argv)
@@ -65,6 +69,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.retries, args.healthy, args.latency_tasks = 100, 100, 30
         args.warm_up, args.failing, args.atomic_tasks = 100, 2, 50
         args.chains, args.scrape_rows, args.storm = 10, 3000, 20
+        args.parked_rows = 3000
     return args
 
 
@@ -82,6 +87,7 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         retry_memory,
         scrape,
         sweep,
+        sweep_scale,
         workflows,
     )
 
@@ -89,6 +95,8 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         return enqueue.run(tasks=args.enqueue_tasks, rounds=args.rounds)
     if name == "sweep":
         return sweep.run(rows=args.rows, rounds=args.rounds)
+    if name == "sweep_scale":
+        return sweep_scale.run(rows=args.rows, parked=args.parked_rows)
     if name == "retry_memory":
         quick = QUICK_RETRY_MEMORY if args.quick else {}
         return retry_memory.run(retries=args.retries, warm_up=args.warm_up, **quick)

@@ -126,8 +126,8 @@ def start_worker(
     return Child(argv, env=env or {}, ready=READY)
 
 
-def start_relay(*, poll: float, grace: float) -> Child:
-    """``django-admin outbox relay`` on the benchmark settings."""
+def start_relay(*, poll: float, grace: float, listen: bool = True) -> Child:
+    """``django-admin outbox relay`` on the benchmark settings (``--no-listen``: poll only)."""
     argv = [
         sys.executable,
         "-m",
@@ -138,6 +138,7 @@ def start_relay(*, poll: float, grace: float) -> Child:
         str(poll),
         "--grace",
         str(grace),
+        *([] if listen else ["--no-listen"]),
     ]
     return Child(argv, env={"DJANGO_SETTINGS_MODULE": "benchmarks.settings"}, ready="polling every")
 

@@ -24,7 +24,10 @@ def _line(row: dict[str, Any]) -> tuple[str, ...]:
     if "skipped" in row:
         return (name, case, "skipped", "", "", "", row["skipped"][:60])
     target = row.get("target")
-    if name in ("latency", "scrape"):
+    if name == "sweep scale" and "cpu_share" in row:
+        cpu = f"sweepers' CPU {row['cpu_share']:.2f} of {row['cores']} cores"
+        return (name, case, "", f"{_num(row['ours'])} rows/s", cpu, "", "")
+    if name in ("latency", "scrape", "sweep scale"):
         # the scrape's bound holds for (nearly) every scrape: judged on its p99
         judged = row["p99"] if name == "scrape" else row["p50"]
         met = "" if target is None else ("yes" if judged <= target else "NO")

@@ -41,6 +41,11 @@ class MemoryMonitoring(OutboxStore):
                 oldest_due_age=max(waits, default=None),
             )
 
+    def next_due(self, *, after: datetime, using: str | None = None) -> datetime | None:
+        with self._lock:
+            pending = (r for r in self.rows.values() if r.status is MessageStatus.PENDING)
+            return min((r.available_at for r in pending if r.available_at > after), default=None)
+
     def count_dead_letters(
         self, *, using: str | None = None, bound: int | None = None
     ) -> Mapping[DeadLetterStatus, int]:

@@ -8,10 +8,9 @@ the batch in one statement. Claims make concurrent sweeps safe by construction: 
 sweepers never hold the same row, and one whose lease ran out cannot mark the rows
 another sweeper took over (fencing).
 
-A sweep also records that it ran (:meth:`~celery_outbox.monitoring.MonitoredStore.record_sweep`,
-read by the health check): a sweeper asks the store at most twice per
-``outbox_sweep_interval`` and the store writes at most once per interval, however often
-the relay loop sweeps and however many sweepers run.
+A sweep also records that it ran (``store.record_sweep``, read by the health check): a
+sweeper asks the store at most twice per ``outbox_sweep_interval`` and the store writes
+at most once per interval, however often the relay loop sweeps and however many run.
 """
 
 from __future__ import annotations
@@ -29,14 +28,13 @@ from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
 from celery_outbox.records import Claim, MessageStatus
 from celery_outbox.relay import PublishPath, Relay
+from celery_outbox.relay_loop import RelayLoop
 from celery_outbox.storage import OutboxStore
 
 logger = logging.getLogger(__name__)
 
 #: How long one sweep keeps claiming batches before it leaves the rest to the next one.
 SWEEP_BUDGET = timedelta(seconds=30)
-#: Longest pause of :meth:`Sweeper.run` after a store error (it doubles from ``poll``).
-MAX_ERROR_BACKOFF = timedelta(seconds=30)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,7 +134,7 @@ class Sweeper:
         StoreError
             When the store fails; rows already claimed stay leased until their lease ends.
         """
-        deadline = self._now(using) + self.budget
+        deadline = self.now(using) + self.budget
         report = SweepReport()
         while True:
             self._note_sweep(using)
@@ -147,7 +145,7 @@ class Sweeper:
             report += batch
             if not self._full(claim) or _broker_down(batch):
                 return report
-            if self._now(using) >= deadline:
+            if self.now(using) >= deadline:
                 return report + SweepReport(more=True)
 
     def sweep_all(
@@ -194,7 +192,7 @@ class Sweeper:
             return SweepReport()
         purged = self.store.purge(
             statuses=[MessageStatus.PUBLISHED],
-            older_than=self._now(using) - keep,
+            older_than=self.now(using) - keep,
             limit=self.config.sweep_batch_size,
             using=using,
         )
@@ -204,7 +202,7 @@ class Sweeper:
         """Delete one batch of ``CompletedTask`` rows older than ``outbox_keep_completed``
         (a duplicate of such a task that arrives later runs again), and one batch of the
         joins of chords done before then."""
-        older_than = self._now(using) - self.config.keep_completed
+        older_than = self.now(using) - self.config.keep_completed
         limit = self.config.sweep_batch_size
         purged = self.store.purge_completed(older_than=older_than, limit=limit, using=using)
         purged += self.store.purge_joins(older_than=older_than, limit=limit, using=using)
@@ -215,7 +213,7 @@ class Sweeper:
         interval (a read; it writes when its record is an interval old), so a long sweep
         keeps its record fresh too. A store that cannot record it is logged, and the
         sweep goes on: publishing matters more than the health check's record."""
-        now, every = self._now(using), self.config.sweep_interval
+        now, every = self.now(using), self.config.sweep_interval
         noted = self._noted.get(using)
         if noted is not None and now - noted < every / 2:
             return
@@ -229,12 +227,12 @@ class Sweeper:
                 exc_info=True,
             )
 
-    def _now(self, using: str | None) -> datetime:
+    def now(self, using: str | None = None) -> datetime:
         """Database ``using``'s clock (``store.now``), unless a ``clock`` was given."""
         return self.store.now(using=using) if self.clock is None else self.clock()
 
     def _claim(self, using: str | None) -> Claim:
-        now = self._now(using)
+        now = self.now(using)
         return self.store.claim_due(
             now=now,
             created_before=now - self.config.publish_grace,
@@ -267,36 +265,16 @@ class Sweeper:
         poll: float | timedelta,
         *,
         aliases: Sequence[str | None] | None = None,
+        listen: bool = True,
     ) -> None:
-        """Sweep ``aliases`` (default: every alias of the store) until ``stop`` is set.
+        """Sweep ``aliases`` (default: every alias of the store) until ``stop`` is set:
+        the relay loop of ``outbox relay`` (:class:`~celery_outbox.relay_loop.RelayLoop`).
 
-        ``poll`` (seconds, or a timedelta) is the pause between passes that found
-        nothing more to do; a pass that left due rows behind is followed at once by the next one. A
-        :class:`StoreError` is logged and the loop pauses (doubling from ``poll`` up to
-        :data:`MAX_ERROR_BACKOFF`) before it tries again. The relay's broker connection
-        is released when the loop ends.
+        ``poll`` (seconds, or a timedelta) is the longest pause between passes that found
+        nothing more to do; the pause ends sooner when a parked row comes due and, with
+        ``listen``, at a PostgreSQL ``NOTIFY`` of a row nobody publishes at commit.
         """
-        idle = poll.total_seconds() if isinstance(poll, timedelta) else float(poll)
-        errors = 0
-        try:
-            while not stop.is_set():
-                pause, errors = self._run_once(idle, errors, aliases)
-                stop.wait(pause)
-        finally:
-            self.relay.close()
-
-    def _run_once(
-        self, idle: float, errors: int, aliases: Sequence[str | None] | None
-    ) -> tuple[float, int]:
-        try:
-            report = self.sweep_all(aliases, path="relay")
-        except StoreError:
-            logger.exception("celery-outbox: sweep failed; trying again")
-            pause = min(max(idle, 0.1) * 2**errors, MAX_ERROR_BACKOFF.total_seconds())
-            return pause, errors + 1
-        if report.published or report.failed or report.rescheduled:
-            logger.info("celery-outbox: swept %s", report.as_dict())
-        return (0.0 if report.more else idle), 0
+        RelayLoop(self, listen=listen).run(stop, poll, aliases=aliases)
 
 
 def _broker_down(batch: SweepReport) -> bool:

@@ -21,12 +21,17 @@ from celery_outbox.sqlalchemy.completions import SQLAlchemyCompletions
 from celery_outbox.sqlalchemy.letters import SQLAlchemyDeadLetters
 from celery_outbox.sqlalchemy.monitoring import SQLAlchemyMonitoring
 from celery_outbox.sqlalchemy.tables import OutboxTables, default_tables
+from celery_outbox.sqlalchemy.wakeups import SQLAlchemyWakeups
 from celery_outbox.sqlalchemy.workflows import SQLAlchemyWorkflows
 from celery_outbox.storage import PublishCallback, Supersedes
 
 
 class SQLAlchemyOutboxStore(
-    SQLAlchemyCompletions, SQLAlchemyDeadLetters, SQLAlchemyWorkflows, SQLAlchemyMonitoring
+    SQLAlchemyCompletions,
+    SQLAlchemyDeadLetters,
+    SQLAlchemyWorkflows,
+    SQLAlchemyMonitoring,
+    SQLAlchemyWakeups,
 ):
     """The outbox store for SQLAlchemy applications (Flask, FastAPI, scripts).
 

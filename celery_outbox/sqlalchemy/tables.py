@@ -29,6 +29,7 @@ from celery_outbox.records import (
     MessageStatus,
 )
 from celery_outbox.sqlalchemy.types import BigIdType, JSONType, UTCDateTime
+from celery_outbox.wakeups import CREATE_TRIGGER
 
 #: Dialects with partial indexes; on MySQL and MariaDB the same key is over a generated
 #: column (:mod:`celery_outbox.pending_key`), added when the table is created.
@@ -103,6 +104,9 @@ def _outbox_table(metadata: MetaData) -> Table:
     add_key = DDL(mysql_add_pending_key("%(fullname)s"))  # type: ignore[no-untyped-call]
     add_key = add_key.execute_if(dialect=GENERATED_KEY_DIALECTS)  # type: ignore[arg-type]
     event.listen(table, "after_create", add_key)
+    for statement in CREATE_TRIGGER:  # the relay's NOTIFY (celery_outbox.wakeups)
+        ddl = DDL(statement).execute_if(dialect="postgresql")  # type: ignore[no-untyped-call]
+        event.listen(table, "after_create", ddl)
     return table
 
 

@@ -229,7 +229,7 @@ def insert_pending(message: NewMessage, *, alias: str) -> int | None:
     """MySQL/MariaDB: insert ``message``; its row id, or ``None`` when its task id is
     already pending (the unique key over ``pending_task_id`` refused it)."""
     connection = connections[alias]
-    params = convert.new_message_params(message, connection)
+    params = convert.new_message_params(message, connection, created_at=clock_of(alias)())
     # Like the ORM, any other failure marks the caller's atomic block for rollback.
     with transaction.mark_for_rollback_on_error(using=alias), connection.cursor() as cursor:
         try:

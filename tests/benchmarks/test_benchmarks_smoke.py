@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow
 FIELDS = {
     "enqueue": ("plain", "ours", "ratio"),
     "sweep": ("plain", "ours", "ratio"),
+    "sweep_scale": ("ours",),  # rows/s per number of sweepers; the empty sweep's p50 in ms
     "retry_memory": ("plain", "ours", "ratio", "db_bytes_per_row"),
     "no_blocking": ("baseline", "value", "ratio"),
     "retry_isolation": ("baseline", "value", "ratio"),
