@@ -27,6 +27,11 @@ from celery_outbox.worker.attempt import FIRST_FAILED_HEADER, REQUEUES_HEADER, A
 
 logger = logging.getLogger(__name__)
 
+#: The header of a retry message (and parked row) saying which error caused the retry.
+RETRY_REASON_HEADER = "outbox_retry_reason"
+#: Longest :func:`retry_reason` kept in a header.
+RETRY_REASON_CHARS = 300
+
 #: Windows between puts-back of a message while the store is unreachable (1 s ... 1 min).
 STORE_BACKOFF = BackoffPolicy(base=timedelta(seconds=1), cap=timedelta(seconds=60))
 
@@ -57,7 +62,10 @@ def schedule_retry(
     options = attempt.resend_options(
         eta=eta,
         retries=attempt.retries + 1,
-        headers={FIRST_FAILED_HEADER: first_failed.isoformat()},
+        headers={
+            FIRST_FAILED_HEADER: first_failed.isoformat(),
+            RETRY_REASON_HEADER: retry_reason(exc),
+        },
         overrides=overrides,
     )
     message = _message(task, attempt, options, now=now)
@@ -73,6 +81,14 @@ def schedule_retry(
         f"retry of {task.name}[{attempt.task_id}] could be neither published nor parked",
         requeue=True,
     )
+
+
+def retry_reason(exc: BaseException) -> str:
+    """``module.Type: first line of the message``, cut to :data:`RETRY_REASON_CHARS`
+    (what the admin shows as the reason a retry is parked)."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    return (f"{text}: {lines[0]}" if lines else text)[:RETRY_REASON_CHARS]
 
 
 def _scheduled(
