@@ -120,10 +120,15 @@ def shorten(text: str) -> str:
     return Truncator(first_line).chars(SHORT_TEXT)
 
 
-def clipped(text: str, css_class: str = "outbox-clip") -> SafeString:
-    """The first line of ``text`` on one line cut by CSS, the whole ``text`` (as loaded)
-    on hover (``title``), both escaped."""
-    return format_html('<span class="{}" title="{}">{}</span>', css_class, text, shorten(text))
+def clipped(text: str, *, hover: str | None = None, narrow: bool = False) -> SafeString:
+    """The first line of ``text`` in at most two lines of a narrow column (cut by CSS), and
+    ``hover`` (default: the whole ``text`` as loaded) on hover, both escaped."""
+    return format_html(
+        '<span class="outbox-clip{}" title="{}">{}</span>',
+        " outbox-narrow" if narrow else "",
+        text if hover is None else hover,
+        shorten(text),
+    )
 
 
 def short_time(value: datetime | None) -> SafeString | str:
