@@ -57,6 +57,8 @@ def requeue_letters(
             discarded += 1  # discarded since it was selected: skipped, not requeued
         except (LookupError, OutboxError) as exc:
             failed[letter_id] = str(exc)
+        except TypeError as exc:  # Celery's check of the arguments against the signature
+            failed[letter_id] = f"its arguments do not fit the task: {exc}"
     skipped = selected - len(ids) + discarded
     return RequeueResult(requeued=requeued, skipped=skipped, failed=failed)
 

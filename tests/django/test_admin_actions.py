@@ -94,6 +94,15 @@ def test_one_unregistered_task_does_not_stop_the_others(alice: User) -> None:
     assert bad.status == DeadLetterStatus.DEAD.value
 
 
+def test_arguments_that_do_not_fit_the_task_fail_that_letter_only(alice: User) -> None:
+    good = make_letter()
+    bad = make_letter(kwargs={"no_such_argument": 1})
+    result = requeue_letters(DeadLetter.objects.all(), by=admin_actions.actor_name(alice))
+    assert list(result.requeued) == [good.pk]
+    assert result.failed[bad.pk].startswith("its arguments do not fit the task: ")
+    assert "no_such_argument" in result.failed[bad.pk]
+
+
 def test_discard_acts_only_on_dead_letters() -> None:
     dead = make_letter()
     requeued = make_letter(status=DeadLetterStatus.REQUEUED.value, requeued_task_id="x")

@@ -49,7 +49,7 @@ MESSAGE = (
 TRACEBACK = (
     "Traceback (most recent call last):\n"
     + "".join(
-        f'  File "/srv/shop/providers/sms.py", line {n}, in send\n    response = session.post(url)\n'
+        f'  File "/srv/shop/sms.py", line {n}, in send\n    response = session.post(url)\n'
         for n in range(40)
     )
     + f"{EXCEPTION}: {MESSAGE}\n"
