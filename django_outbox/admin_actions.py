@@ -223,8 +223,12 @@ def cancel_report(result: CancelResult) -> list[UserMessage]:
         )
     ]
     if result.in_flight:
-        level = messages.WARNING if result.revoked else messages.ERROR
-        outcome = gettext("revoked") if result.revoked else result.revoke_error
+        level = messages.ERROR if result.revoke_error else messages.WARNING
+        outcome = (
+            gettext("revoked")
+            if result.revoked
+            else result.revoke_error or gettext("revoked when the transaction commits")
+        )
         report.append(
             (
                 level,

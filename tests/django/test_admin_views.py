@@ -299,3 +299,28 @@ def test_publish_now_action(admin_client_: Client) -> None:
     later.refresh_from_db()
     assert later.available_at <= utcnow()  # was an hour ahead
     assert later.status == MessageStatus.PENDING.value  # published after commit (none here)
+
+
+def test_cancel_action_deletes_pending_rows_logs_them_and_skips_the_rest() -> None:
+    from django.contrib.admin.models import DELETION, LogEntry
+
+    pending, failed, taken = dispatch_row(), dispatch_row(), dispatch_row()
+    OutboxMessage.objects.filter(pk=failed.pk).update(status=MessageStatus.FAILED.value)
+    # Born leased to their on-commit publisher (never run in this test's transaction):
+    # only ``taken`` stays so, in flight.
+    OutboxMessage.objects.exclude(pk=taken.pk).update(locked_until=None)
+    canceller = staff("erin", "view_outboxmessage", "cancel_outboxmessage")
+    selected = [pending.pk, failed.pk, taken.pk]
+    response = run_action(client_for(canceller), MESSAGES, "cancel_selected", selected)
+    assert shown_messages(response) == [
+        "2 outbox messages were cancelled: they will not be published.",
+        # The test's transaction never commits: the revoke is still to be sent.
+        "1 of them was being published; its task id is revoked when the transaction commits.",
+        "1 selected message was skipped: it is not pending.",
+    ]
+    assert list(OutboxMessage.objects.values_list("pk", flat=True)) == [failed.pk]
+    entries = LogEntry.objects.order_by("object_id")
+    assert [(e.user, e.object_id, e.action_flag) for e in entries] == [
+        (canceller, str(pending.pk), DELETION),
+        (canceller, str(taken.pk), DELETION),
+    ]
