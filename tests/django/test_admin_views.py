@@ -82,17 +82,12 @@ def test_changelist_shows_the_columns(admin_client_: Client) -> None:
     make_letter(exception_message="first line\nsecond line", retries=4)
     response = admin_client_.get(LETTERS)
     content = response.content.decode()
-    for header in (
-        "Task name",
-        "Task id",
-        "Exception type",
-        "Message",
-        "Retries",
-        "First failed at",
-        "Failed at",
-        "Status",
-    ):
+    # Five columns fit 1280 x 800 (test_admin_pages_browser.py); the task id, retries and
+    # first failure are on the letter's page, the task id also on hover over the name.
+    for header in ("Task name", "Exception type", "Message", "Failed at", "Status"):
         assert header in content
+    for header in ("Task id", "Retries", "First failed at"):
+        assert f">{header}<" not in content
     assert ">first line</span>" in content  # the cell: the first line only
     assert 'title="first line\nsecond line"' in content  # the rest on hover
 
