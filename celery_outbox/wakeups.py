@@ -3,7 +3,7 @@
 A row written without a lease has no on-commit publisher: with ``outbox_publish_grace``
 at 0, a parked retry, a countdown longer than ``outbox_park_after``. On PostgreSQL a
 trigger on the outbox table (:data:`CREATE_TRIGGER`, made by the Django migration
-``0007_notify_trigger`` and by the SQLAlchemy table's DDL) sends a ``NOTIFY`` on
+``0008_notify_trigger`` and by the SQLAlchemy table's DDL) sends a ``NOTIFY`` on
 :data:`CHANNEL` when such a row is inserted. Rows born leased to their on-commit
 publisher (the common case) cost the trigger only its ``WHEN`` test: no notification, no
 notify lock at commit. PostgreSQL delivers a notification at ``COMMIT`` (never for a

@@ -22,6 +22,7 @@ from django.utils.translation import gettext, ngettext
 
 from celery_outbox.records import MessageStatus
 from celery_outbox.registry import relay_for, store_for
+from django_outbox.cancelling import CancelResult
 from django_outbox.celery_app import outbox_app
 from django_outbox.dead_letters import RequeueResult
 from django_outbox.models import OutboxMessageQuerySet
@@ -205,3 +206,50 @@ def _skipped_rows(skipped: int, status: str) -> list[UserMessage]:
             % {"count": skipped, "status": status},
         )
     ]
+
+
+def cancel_report(result: CancelResult) -> list[UserMessage]:
+    """The report of a cancel: rows cancelled, those in flight and the revoke, skips."""
+    count = len(result.cancelled)
+    report: list[UserMessage] = [
+        (
+            messages.SUCCESS,
+            ngettext(
+                "%(count)d outbox message was cancelled: it will not be published.",
+                "%(count)d outbox messages were cancelled: they will not be published.",
+                count,
+            )
+            % {"count": count},
+        )
+    ]
+    if result.in_flight:
+        level = messages.ERROR if result.revoke_error else messages.WARNING
+        outcome = (
+            gettext("revoked")
+            if result.revoked
+            else result.revoke_error or gettext("revoked when the transaction commits")
+        )
+        report.append(
+            (
+                level,
+                ngettext(
+                    "%(count)d of them was being published; its task id is %(outcome)s.",
+                    "%(count)d of them were being published; their task ids are %(outcome)s.",
+                    len(result.in_flight),
+                )
+                % {"count": len(result.in_flight), "outcome": outcome},
+            )
+        )
+    if result.skipped:
+        report.append(
+            (
+                messages.WARNING,
+                ngettext(
+                    "%(count)d selected message was skipped: it is not pending.",
+                    "%(count)d selected messages were skipped: they are not pending.",
+                    result.skipped,
+                )
+                % {"count": result.skipped},
+            )
+        )
+    return report

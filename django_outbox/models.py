@@ -176,6 +176,7 @@ class OutboxMessage(models.Model):
                 name="celery_outbox_pending_task_uniq",
             ),
         ]
+        permissions = [("cancel_outboxmessage", _("Can cancel pending outbox messages"))]
 
     def __str__(self) -> str:
         return f"{self.task_name}[{self.task_id}] ({self.status})"

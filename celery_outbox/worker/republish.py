@@ -33,6 +33,11 @@ from celery_outbox.worker.attempt import (
 
 logger = logging.getLogger(__name__)
 
+#: The header of a retry message (and parked row) saying which error caused the retry.
+RETRY_REASON_HEADER = "outbox_retry_reason"
+#: Longest :func:`retry_reason` kept in a header.
+RETRY_REASON_CHARS = 300
+
 #: Windows between puts-back of a message while the store is unreachable (1 s ... 1 min).
 STORE_BACKOFF = BackoffPolicy(base=timedelta(seconds=1), cap=timedelta(seconds=60))
 
@@ -62,7 +67,10 @@ def schedule_retry(
     """
     eta = now + delay
     first_failed = attempt.first_failed_at or now
-    headers: dict[str, Any] = {FIRST_FAILED_HEADER: first_failed.isoformat()}
+    headers: dict[str, Any] = {
+        FIRST_FAILED_HEADER: first_failed.isoformat(),
+        RETRY_REASON_HEADER: retry_reason(exc),
+    }
     overrides = dict(overrides or {})
     if queue and not overrides.get("queue"):
         overrides["queue"] = queue
@@ -84,6 +92,14 @@ def schedule_retry(
         f"retry of {task.name}[{attempt.task_id}] could be neither published nor parked",
         requeue=True,
     )
+
+
+def retry_reason(exc: BaseException) -> str:
+    """``module.Type: first line of the message``, cut to :data:`RETRY_REASON_CHARS`
+    (what the admin shows as the reason a retry is parked)."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    return (f"{text}: {lines[0]}" if lines else text)[:RETRY_REASON_CHARS]
 
 
 def _scheduled(

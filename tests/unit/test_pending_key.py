@@ -52,6 +52,6 @@ def test_the_ddl_adds_and_drops_a_generated_column_with_its_unique_key() -> None
 
 def test_the_django_migration_carries_the_same_ddl() -> None:
     # Skipped nowhere: the migration module imports only django.db.migrations.
-    migration = importlib.import_module("django_outbox.migrations.0008_mysql_pending_task_key")
+    migration = importlib.import_module("django_outbox.migrations.0009_mysql_pending_task_key")
     assert mysql_add_pending_key() == migration.ADD_KEY
     assert mysql_drop_pending_key() == migration.DROP_KEY

@@ -24,7 +24,7 @@ def _run(statements: Sequence[str]) -> Callable[[Any, Any], None]:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_outbox', '0006_workflow_status_index'),
+        ('django_outbox', '0007_outboxmessage_cancel_permission'),
     ]
 
     operations = [

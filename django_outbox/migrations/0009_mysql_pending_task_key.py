@@ -51,7 +51,7 @@ def drop_key(apps, schema_editor):  # type: ignore[no-untyped-def]
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_outbox', '0006_workflow_status_index'),
+        ('django_outbox', '0008_notify_trigger'),
     ]
 
     operations = [
