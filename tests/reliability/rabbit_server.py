@@ -104,13 +104,16 @@ class ThrowawayRabbitMQ:
         process, self._process = self._process, None
         if process is not None:
             if process.poll() is None and mode == "terminate":
-                subprocess.run(
-                    [str(self.ctl), "-n", self.node, "shutdown"],
-                    env=self._env(),
-                    capture_output=True,
-                    timeout=60,
-                    check=False,
-                )
+                # rabbitmqctl boots an Erlang VM of its own: slow on a loaded machine. If it
+                # does not finish, the node is killed below.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    subprocess.run(
+                        [str(self.ctl), "-n", self.node, "shutdown"],
+                        env=self._env(),
+                        capture_output=True,
+                        timeout=120,
+                        check=False,
+                    )
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
