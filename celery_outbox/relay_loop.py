@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
 from celery_outbox.listener import Wakeups, listen_connectors
@@ -77,33 +76,40 @@ class RelayLoop:
             sweeper.relay.close()
 
     def _pass(self, idle: float, errors: int, aliases: Sequence[str | None]) -> tuple[float, int]:
-        """One pass; the pause before the next one and the count of failed passes."""
+        """One pass over every database (one that fails does not stop the others); the
+        pause before the next pass and the count of passes in a row that failed."""
         sweeper = self.sweeper
+        more, failed = False, False
+        counts = {"published": 0, "failed": 0, "rescheduled": 0}
         try:
-            now, purge = utcnow(), self._purge_due()
-            more, counts = False, {"published": 0, "failed": 0, "rescheduled": 0}
-            for alias in aliases:
+            now, purge = sweeper.now(), self._purge_due()
+        except StoreError:
+            now, purge = None, False  # the default database's clock: maintenance waits
+        for alias in aliases:
+            try:
                 report = sweeper.sweep(alias, path="relay")
-                more = more or report.more
-                for name in counts:
-                    counts[name] += getattr(report, name)
                 if purge:
                     sweeper.purge_expired(alias)
                     sweeper.purge_completed(alias)
-            if purge:
-                self._purged = now
-        except StoreError:
-            logger.exception("celery-outbox: sweep failed; trying again")
-            pause = min(max(idle, 0.1) * 2**errors, MAX_ERROR_BACKOFF.total_seconds())
-            return pause, errors + 1
+            except StoreError:
+                logger.exception("celery-outbox: could not sweep database %r; trying again", alias)
+                failed = True
+                continue
+            more = more or report.more
+            for name in counts:
+                counts[name] += getattr(report, name)
+        if purge and not failed:
+            self._purged = now
         if any(counts.values()):
             logger.info("celery-outbox: swept %s", counts)
+        if failed:
+            pause = min(max(idle, 0.1) * 2**errors, MAX_ERROR_BACKOFF.total_seconds())
+            return pause, errors + 1
         return (0.0 if more else idle), 0
 
     def _purge_due(self) -> bool:
         last = self._purged
-        # this process's own intervals: its clock, whatever the databases' say
-        return last is None or utcnow() - last >= self.sweeper.config.sweep_interval
+        return last is None or self.sweeper.now() - last >= self.sweeper.config.sweep_interval
 
     def _until_due(self, pause: float, aliases: Sequence[str | None]) -> float:
         """``pause``, or less when a parked row comes due sooner."""

@@ -125,4 +125,4 @@ def test_store_errors_double_the_pause_up_to_the_bound(
     assert loop._pass(0.2, 0, [None]) == (0.2, 1)
     assert loop._pass(0.2, 3, [None]) == (1.6, 4)
     assert loop._pass(0.2, 19, [None]) == (MAX_ERROR_BACKOFF.total_seconds(), 20)
-    assert caplog.text.count("sweep failed") == 3
+    assert caplog.text.count("could not sweep database") == 3
