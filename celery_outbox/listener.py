@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from celery_outbox.exceptions import StoreError
 from celery_outbox.wakeups import CHANNEL, Connector, WakeupStore
 
 logger = logging.getLogger(__name__)
@@ -99,9 +100,19 @@ class Wakeups:
 
 
 def listen_connectors(store: WakeupStore, aliases: Sequence[str | None]) -> list[Connector]:
-    """The LISTEN connectors of those of ``aliases`` whose database has ``NOTIFY``."""
-    found = (store.listen_connector(using=alias) for alias in aliases)
-    return [connect for connect in found if connect is not None]
+    """The LISTEN connectors of those of ``aliases`` whose database has ``NOTIFY``; a
+    database the store cannot name (an alias gone from settings) is logged and polled,
+    its sweep says why."""
+    found: list[Connector] = []
+    for alias in aliases:
+        try:
+            connect = store.listen_connector(using=alias)
+        except StoreError:
+            logger.warning("celery-outbox: no LISTEN on database %r", alias, exc_info=True)
+            continue
+        if connect is not None:
+            found.append(connect)
+    return found
 
 
 class _Slot:

@@ -79,25 +79,28 @@ class RelayLoop:
     def _pass(self, idle: float, errors: int, aliases: Sequence[str | None]) -> tuple[float, int]:
         """One pass; the pause before the next one and the count of failed passes."""
         sweeper = self.sweeper
-        try:
-            now, purge = utcnow(), self._purge_due()
-            more, counts = False, {"published": 0, "failed": 0, "rescheduled": 0}
-            for alias in aliases:
+        now, purge = utcnow(), self._purge_due()
+        more, counts, failed = False, {"published": 0, "failed": 0, "rescheduled": 0}, False
+        for alias in aliases:  # a database that fails (or an alias gone) stops no other
+            try:
                 report = sweeper.sweep(alias, path="relay")
-                more = more or report.more
-                for name in counts:
-                    counts[name] += getattr(report, name)
                 if purge:
                     sweeper.purge_expired(alias)
                     sweeper.purge_completed(alias)
-            if purge:
-                self._purged = now
-        except StoreError:
-            logger.exception("celery-outbox: sweep failed; trying again")
-            pause = min(max(idle, 0.1) * 2**errors, MAX_ERROR_BACKOFF.total_seconds())
-            return pause, errors + 1
+            except StoreError:
+                logger.exception("celery-outbox: sweep failed (database %r); trying again", alias)
+                failed = True
+                continue
+            more = more or report.more
+            for name in counts:
+                counts[name] += getattr(report, name)
+        if purge:
+            self._purged = now
         if any(counts.values()):
             logger.info("celery-outbox: swept %s", counts)
+        if failed:
+            pause = min(max(idle, 0.1) * 2**errors, MAX_ERROR_BACKOFF.total_seconds())
+            return pause, errors + 1
         return (0.0 if more else idle), 0
 
     def _purge_due(self) -> bool:

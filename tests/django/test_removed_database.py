@@ -122,7 +122,7 @@ def test_the_relay_loop_keeps_sweeping_the_others(
         loop.join(timeout=30)
     assert not loop.is_alive()
     assert sorted(published(world)) == ["c", "d", "e"]
-    assert f"could not sweep database '{GONE}'" in caplog.text
+    assert f"sweep failed (database '{GONE}')" in caplog.text
 
 
 def test_the_sweep_command_sweeps_the_others_then_fails_naming_it(
