@@ -54,9 +54,8 @@ class SQLAlchemyOutboxStore(
         The tables, when you defined them on your own ``MetaData`` with
         :func:`~celery_outbox.sqlalchemy.define_tables`.
     clock
-        This host's clock, the database's on SQLite (a file on this host). On
-        PostgreSQL and MySQL/MariaDB every time is on the database server's clock
-        (:meth:`now`), whatever this host's clock says.
+        This host's clock, the database's on SQLite (a file on this host); on
+        PostgreSQL and MySQL/MariaDB every time is the server's (:meth:`now`).
     """
 
     def __init__(
