@@ -35,7 +35,7 @@ def flaky(n: int) -> None:
 
 @pytest.fixture
 def store(app: Celery) -> InMemoryOutboxStore:
-    store = InMemoryOutboxStore()
+    store = InMemoryOutboxStore(clock=lambda: NOW)  # the database's clock parks the row
     install_store(app, store)
     return store
 
