@@ -23,10 +23,11 @@ always before it. Fast by default (60 programs of up to 30 steps on the in-memor
 
 from __future__ import annotations
 
+import itertools
 import os
 import uuid
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from hypothesis import HealthCheck, settings
@@ -58,6 +59,7 @@ PUBLISHERS = 3
 TASK_IDS = [f"machine-{n}" for n in range(2)]
 LONG = os.environ.get("OUTBOX_TEST_STATEFUL", "").lower() == "long"
 STATUSES = list(MessageStatus)
+_serials = itertools.count()
 DONE = [MessageStatus.PUBLISHED, MessageStatus.FAILED]
 
 
@@ -71,6 +73,8 @@ class Row:
     locked_until: datetime | None
     attempts: int
     message: NewMessage
+    #: Unique per row written: SQLite gives a new row the id of a deleted one.
+    serial: int = field(default_factory=lambda: next(_serials))
 
     def claimable(self, now: datetime) -> bool:
         return (
@@ -103,7 +107,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.rows: dict[int, Row] = {}
         self.letters: dict[int, Letter] = {}
         self.claims: dict[int, Claim] = {}
-        self.marked: Counter[int] = Counter()
+        self.marked: Counter[int] = Counter()  # by Row.serial
         #: Rows written, rows deleted on publish, rows purged: nothing else may go.
         self.added = self.deleted = self.purged = 0
 
@@ -193,7 +197,7 @@ class StoreMachine(RuleBasedStateMachine):
         ids = [m.id for m in claim.messages]
         assert self.store.mark_published(claim, ids, now=self.now, keep=keep) == len(expected)
         for row_id in expected:
-            self.marked[row_id] += 1
+            self.marked[self.rows[row_id].serial] += 1
             if keep:
                 row = self.rows[row_id]
                 row.status, row.locked_until = MessageStatus.PUBLISHED, None
