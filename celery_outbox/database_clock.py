@@ -61,14 +61,17 @@ class DatabaseClock:
     def __call__(self) -> datetime:
         reading = self._reading
         now = self.monotonic()
-        if reading is None or now - reading[1] >= self.every or now < reading[1]:
+        if reading is None or not 0 <= now - reading[1] < self.every:
             reading = self._read()
             now = self.monotonic()
         at, taken = reading
+        value = at + timedelta(seconds=now - taken)
         # Never earlier than a time already given (a new reading may be a little behind
-        # the last one advanced): a row is never written due before it was created.
-        given = self._given = max(at + timedelta(seconds=now - taken), self._given)
-        return given
+        # the last one advanced, by its round trip): no row is due before its birth.
+        if value < self._given:
+            return self._given
+        self._given = value
+        return value
 
     def _read(self) -> tuple[datetime, float]:
         with self._lock:
