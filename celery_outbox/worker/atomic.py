@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import weakref
 from collections.abc import Callable
+from contextlib import ExitStack
 from contextvars import ContextVar
 from typing import Any
 
@@ -20,10 +21,16 @@ from celery.exceptions import Ignore
 from kombu.serialization import dumps
 
 from celery_outbox.clock import utcnow
-from celery_outbox.exceptions import AtomicUnsupported, NoStoreConfigured, UnstorableResult
+from celery_outbox.exceptions import (
+    AtomicUnsupported,
+    NoStoreConfigured,
+    StoreError,
+    UnstorableResult,
+)
 from celery_outbox.registry import store_for
 from celery_outbox.signals import task_duplicate_skipped
 from celery_outbox.worker.attempt import Attempt
+from celery_outbox.worker.republish import requeue_later
 from celery_outbox.worker.runner import deferring_retries
 
 #: Longest part of a refused result quoted in an error.
@@ -64,13 +71,21 @@ def run_once(
     A task id that already completed is not run: the signal is sent and ``Ignore`` raised
     (the message is acknowledged, the first run's state kept). A failure, or a result
     the serializer refuses, rolls everything back and propagates (the runner retries).
+    A store that cannot open the transaction (its database down) spends no retry: the
+    message is put back after the store's backoff (``requeue_later``).
     """
     store = store_for(task.app)
     using = atomic_alias(task, attempt)
     extra = {"root_id": root_id} if root_id else {}  # a store written before workflows works
-    with store.complete_once(
-        attempt.task_id, task.name, now=utcnow(), using=using, **extra
-    ) as completion:
+    with ExitStack() as stack:
+        try:
+            completion = stack.enter_context(
+                store.complete_once(attempt.task_id, task.name, now=utcnow(), using=using, **extra)
+            )
+        except StoreError as exc:
+            # The database is unreachable before the body ran: not a failure of the task,
+            # so no retry is spent; the message comes back after the store's backoff.
+            requeue_later(task, attempt, exc)
         if completion.previous is None:
             token = _running_alias.set((using,))
             try:

@@ -283,3 +283,27 @@ def test_the_body_runs_and_dispatches_on_the_alias_it_was_dispatched_with(
     deliver(pinned, task_id="p1")
     assert seen == ["reports", "explicit", None, "explicit", "b"]
     assert dispatch_alias(None) is None  # nothing left behind after the runs
+
+
+class _DownStore(InMemoryOutboxStore):
+    """The in-memory store whose database refuses the atomic transaction's first statement."""
+
+    def complete_once(self, *args: Any, **kwargs: Any) -> Any:
+        from celery_outbox.exceptions import StoreError
+
+        raise StoreError("celery-outbox could not start an atomic task: database down")
+
+
+def test_a_store_that_cannot_open_the_transaction_spends_no_retry(
+    app: Celery, tasks: dict[str, Any], effects: list[Any], queue_name: str
+) -> None:
+    from celery_outbox.worker.attempt import REQUEUES_HEADER
+
+    install_store(app, _DownStore())
+    with pytest.raises(Ignore):  # acknowledged: the same message is put back with an ETA
+        deliver(tasks["add"], 5, queue=queue_name)
+    assert effects == []
+    (headers,) = queued(queue_name)
+    assert (headers["id"], headers["retries"]) == ("t1", 0)  # no retry spent
+    assert headers[REQUEUES_HEADER] == 1
+    assert headers["eta"] is not None
