@@ -25,6 +25,7 @@ from celery_outbox.envelope import decode_body
 from django_outbox import admin_actions
 from django_outbox.admin_base import ReadOnlyAdmin, head, preformatted
 from django_outbox.admin_completed import CompletedTaskAdmin
+from django_outbox.admin_overview import OverviewAdmin
 from django_outbox.admin_workflows import WorkflowAdmin, letter_workflow
 from django_outbox.dead_letters import discard_letters, requeue_letters
 from django_outbox.models import (
@@ -34,7 +35,13 @@ from django_outbox.models import (
     OutboxMessageQuerySet,
 )
 
-__all__ = ["CompletedTaskAdmin", "DeadLetterAdmin", "OutboxMessageAdmin", "WorkflowAdmin"]
+__all__ = [
+    "CompletedTaskAdmin",
+    "DeadLetterAdmin",
+    "OutboxMessageAdmin",
+    "OverviewAdmin",
+    "WorkflowAdmin",
+]
 
 #: Characters of a message or error shown in a changelist column.
 SHORT_TEXT = 80
