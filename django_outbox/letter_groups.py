@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Max, QuerySet
+from django.db.models import QuerySet
 
 from celery_outbox.records import DeadLetterStatus
 from django_outbox.dead_letters import RequeueResult, discard_letters, requeue_letters
@@ -55,15 +55,6 @@ class LetterGroupKey:
         except (TypeError, ValueError):
             raise ValueError(f"upto={upto!r} is not accepted: give a whole number.") from None
         return cls(task_name=task, exception_type=exception, upto=limit)
-
-
-def newest_id(task_name: str, exception_type: str, *, using: str) -> int | None:
-    """The id of the newest ``dead`` letter of the group (``None``: the group is empty)."""
-    letters = DeadLetter.objects.using(using).dead()
-    found: int | None = letters.filter(
-        task_name=task_name, exception_type=exception_type
-    ).aggregate(newest=Max("id"))["newest"]
-    return found
 
 
 def group_letters(key: LetterGroupKey, *, using: str) -> QuerySet[Any]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connections
 from django.db.models import Count, Max, Min, QuerySet
 from django.db.models.functions import Left
 
@@ -129,16 +130,24 @@ def hour_starts(now: datetime, hours: int = HOURS) -> list[datetime]:
 
 
 def hourly_counts(rows: QuerySet[Any], field: str, now: datetime) -> list[HourCount]:
-    """Rows of ``rows`` per hour of ``field``, one capped count (a range of an index on
-    ``status, field``) per hour."""
-    counts = []
-    for start in hour_starts(now):
+    """Rows of ``rows`` per hour of ``field``: one statement of one capped count (a range
+    of an index on ``status, field``) per hour, as scalar subqueries."""
+    starts = hour_starts(now)
+    parts, params = [], []
+    for index, start in enumerate(starts):
         window = rows.filter(**{f"{field}__gte": start, f"{field}__lt": start + timedelta(hours=1)})
-        found = window.order_by()[: HOURLY_CAP + 1].count()
-        counts.append(
-            HourCount(start=start, count=min(found, HOURLY_CAP), capped=found > HOURLY_CAP)
+        sql, window_params = (
+            window.order_by().values("pk")[: HOURLY_CAP + 1].query.sql_with_params()
         )
-    return counts
+        parts.append(f"(SELECT COUNT(*) FROM ({sql}) AS hour_{index})")
+        params.extend(window_params)
+    with connections[rows.db].cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(parts), params)
+        found = cursor.fetchone()
+    return [
+        HourCount(start=start, count=min(n, HOURLY_CAP), capped=n > HOURLY_CAP)
+        for start, n in zip(starts, found, strict=True)
+    ]
 
 
 def grouping_cutoff(dead: QuerySet[Any]) -> datetime | None:
