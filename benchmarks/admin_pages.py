@@ -110,7 +110,8 @@ def pages() -> dict[str, str]:
     letter = DeadLetter.objects.filter(status="dead").order_by("-id").only("id").first()
     row = OutboxMessage.objects.filter(status="pending").order_by("id").only("id").first()
     workflow = Workflow.objects.order_by("-id").only("id").first()
-    assert letter is not None and row is not None and workflow is not None
+    if letter is None or row is None or workflow is None:
+        raise RuntimeError("the seed wrote no dead letter, pending row or workflow")
     admin = "admin:django_outbox_"
     return {
         "overview": reverse(admin + "overview_changelist"),

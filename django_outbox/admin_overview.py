@@ -32,7 +32,14 @@ from django_outbox import admin_actions, letter_groups
 from django_outbox.admin_chart import bar_chart
 from django_outbox.celery_app import outbox_app
 from django_outbox.models import DeadLetter, Overview
-from django_outbox.overview import GROUPED_LETTERS, HOURLY_CAP, LetterGroup, read_overview
+from django_outbox.overview import (
+    GROUPED_LETTERS,
+    HOURLY_CAP,
+    LetterGroup,
+    OverviewData,
+    duration_text,
+    read_overview,
+)
 
 #: The permissions each group action needs, beside ``view_deadletter``.
 ACTION_PERMISSIONS = {
@@ -102,12 +109,17 @@ class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "title": _("Celery outbox overview"),
             "overview": overview,
             "pending": overview.backlog.due + overview.backlog.parked,
+            "figures": figures(overview),
             "show_letters": show_letters,
             "may_requeue": show_letters and may_act(request, "requeue"),
             "may_discard": show_letters and may_act(request, "discard"),
             "groups": [group_row(group) for group in overview.groups],
-            "grouped_letters": GROUPED_LETTERS,
-            "hourly_cap": HOURLY_CAP,
+            "hourly_cap": f"{HOURLY_CAP:,}",
+            "grouped_letters": f"{GROUPED_LETTERS:,}",
+            "oldest_due_age": duration_text(overview.backlog.oldest_due_age),
+            "sweep_age": duration_text(
+                None if overview.last_sweep is None else overview.last_sweep.age
+            ),
             "publish_chart": bar_chart(
                 overview.publishes,
                 title=str(_("Publishes per hour")),
@@ -169,6 +181,18 @@ class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             report = admin_actions.discard_messages(selected, discarded)
         for level, text in report:
             self.message_user(request, text, level=level)
+
+
+def figures(overview: OverviewData) -> dict[str, str]:
+    """The backlog's counts, with thousands separators."""
+    backlog = overview.backlog
+    counts = {
+        "pending": backlog.due + backlog.parked,
+        "due": backlog.due,
+        "parked": backlog.parked,
+        "failed": backlog.failed,
+    }
+    return {name: f"{count:,}" for name, count in counts.items()}
 
 
 def group_row(group: LetterGroup) -> dict[str, Any]:

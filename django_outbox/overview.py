@@ -16,7 +16,7 @@ Every read is a range of an existing index, never a scan of a whole table:
 
 There is no durable per-hour count of publishes: with ``outbox_keep_published = 0`` (the
 default) a published row is deleted at once and the chart shows no publishes
-(:attr:`Overview.keeps_published` says so).
+(:attr:`OverviewData.keeps_published` says so).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class ParkedRow:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Overview:
+class OverviewData:
     """Everything the overview page shows, read at ``now`` (the database's clock)."""
 
     now: datetime
@@ -100,7 +100,7 @@ class Overview:
     parked: list[ParkedRow]
 
 
-def read_overview(alias: str, *, keeps_published: bool) -> Overview:
+def read_overview(alias: str, *, keeps_published: bool) -> OverviewData:
     """The overview of database ``alias`` (see the module for each query)."""
     store = DjangoOutboxStore()
     now = database_now(alias)
@@ -108,7 +108,7 @@ def read_overview(alias: str, *, keeps_published: bool) -> Overview:
     dead = DeadLetter.objects.using(alias).dead()
     published = OutboxMessage.objects.using(alias).filter(status=MessageStatus.PUBLISHED.value)
     failed = DeadLetter.objects.using(alias).filter(status__in=[s.value for s in DeadLetterStatus])
-    return Overview(
+    return OverviewData(
         now=now,
         backlog=store.backlog(using=alias),
         last_sweep=store.last_sweep(using=alias),
@@ -208,6 +208,20 @@ def parked_next(rows: QuerySet[Any], now: datetime) -> list[ParkedRow]:
         )
         for row in parked[:PARKED_SHOWN]
     ]
+
+
+def duration_text(age: timedelta | None) -> str:
+    """``age`` for a person, to the second at most two units: ``42 s``, ``5 min 3 s``,
+    ``2 h 4 min``, ``3 d 2 h`` (``-`` for ``None``)."""
+    if age is None:
+        return "-"
+    seconds = max(int(age.total_seconds()), 0)
+    values: list[tuple[int, str]] = []
+    for name, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        value, seconds = divmod(seconds, size)
+        if value or values:
+            values.append((value, name))
+    return " ".join(f"{value} {name}" for value, name in values[:2] if value) or "0 s"
 
 
 def park_reason(attempts: int, last_error: str, options: Any) -> str:

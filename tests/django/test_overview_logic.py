@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.http import QueryDict
 
 from django_outbox.letter_groups import LetterGroupKey
-from django_outbox.overview import park_reason
+from django_outbox.overview import duration_text, park_reason
 
 
 @pytest.mark.parametrize(
@@ -51,3 +53,20 @@ def test_a_group_key_is_read_from_the_request() -> None:
 def test_a_bad_group_key_names_the_value(query: str, named: str) -> None:
     with pytest.raises(ValueError, match=named):
         LetterGroupKey.parse(QueryDict(query))
+
+
+@pytest.mark.parametrize(
+    ("age", "text"),
+    [
+        (None, "-"),
+        (timedelta(0), "0 s"),
+        (timedelta(seconds=-3), "0 s"),
+        (timedelta(seconds=42.9), "42 s"),
+        (timedelta(seconds=303), "5 min 3 s"),
+        (timedelta(hours=2, minutes=4, seconds=9), "2 h 4 min"),
+        (timedelta(hours=1, seconds=5), "1 h"),
+        (timedelta(days=3, hours=2, minutes=5), "3 d 2 h"),
+    ],
+)
+def test_duration_text_keeps_two_units(age: timedelta | None, text: str) -> None:
+    assert duration_text(age) == text
