@@ -15,7 +15,7 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from django_outbox.overview import HourCount
+from django_outbox.bounded_counts import HourCount
 
 #: The drawing's size and its margins, in SVG units (pixels at 100 %).
 WIDTH, HEIGHT = 720, 180
@@ -40,21 +40,21 @@ def _hour(value: HourCount) -> str:
 
 
 def bar_title(value: HourCount, noun: str) -> str:
-    """The tooltip of one bar: ``13:00-14:00: 12 dead letters`` (``more than N`` at the cap)."""
+    """The tooltip of one bar: ``13:00-14:00: 12 dead letters`` (``about 12,000 ...`` when
+    estimated)."""
     end = date_format(timezone.localtime(value.start + timedelta(hours=1)), "H:i")
-    count = f"more than {value.count:,}" if value.capped else f"{value.count:,}"
-    return f"{_hour(value)}-{end}: {count} {noun}"
+    return f"{_hour(value)}-{end}: {value.count} {noun}"
 
 
 def bar_chart(counts: Sequence[HourCount], *, title: str, noun: str, colour: str) -> SafeString:
     """An SVG bar chart of ``counts`` (one bar per hour, oldest first)."""
-    top = axis_top(max((c.count for c in counts), default=0))
+    top = axis_top(max((c.count.value for c in counts), default=0))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = plot_w / max(len(counts), 1)
     bars = []
     labels = []
     for index, value in enumerate(counts):
-        height = plot_h * value.count / top
+        height = plot_h * value.count.value / top
         x = LEFT + index * slot
         bars.append(
             (
@@ -68,10 +68,9 @@ def bar_chart(counts: Sequence[HourCount], *, title: str, noun: str, colour: str
         )
         if index % LABEL_EVERY == 0:
             labels.append((f"{x + slot / 2:.1f}", f"{HEIGHT - 8}", _hour(value)))
-    total = sum(c.count for c in counts)
-    desc = (
-        f"{total:,} {noun} in the last {len(counts)} hours, per hour; the highest bar is {top:,}."
-    )
+    total = sum(c.count.value for c in counts)
+    about = "" if all(c.count.exact for c in counts) else "about "
+    desc = f"{about}{total:,} {noun} in the last {len(counts)} hours; the axis tops at {top:,}."
     return format_html(
         '<svg class="outbox-chart" xmlns="http://www.w3.org/2000/svg" role="img" '
         'viewBox="0 0 {w} {h}" width="{w}" height="{h}" font-family="sans-serif" '

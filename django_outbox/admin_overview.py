@@ -30,13 +30,13 @@ from django.utils.translation import gettext_lazy as _
 from celery_outbox.config import OutboxConfig
 from django_outbox import admin_actions, letter_groups
 from django_outbox.admin_chart import bar_chart
+from django_outbox.bounded_counts import HOUR_SAMPLE
 from django_outbox.celery_app import outbox_app
 from django_outbox.models import DeadLetter, Overview
 from django_outbox.overview import (
+    COUNT_CAP,
     GROUPED_LETTERS,
-    HOURLY_CAP,
     LetterGroup,
-    OverviewData,
     duration_text,
     read_overview,
 )
@@ -108,15 +108,16 @@ class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "opts": self.model._meta,
             "title": _("Celery outbox overview"),
             "overview": overview,
-            "pending": overview.backlog.due + overview.backlog.parked,
-            "figures": figures(overview),
             "show_letters": show_letters,
             "may_requeue": show_letters and may_act(request, "requeue"),
             "may_discard": show_letters and may_act(request, "discard"),
             "groups": [group_row(group) for group in overview.groups],
-            "hourly_cap": f"{HOURLY_CAP:,}",
+            "count_cap": f"{COUNT_CAP:,}",
+            "hour_sample": f"{HOUR_SAMPLE:,}",
             "grouped_letters": f"{GROUPED_LETTERS:,}",
-            "oldest_due_age": duration_text(overview.backlog.oldest_due_age),
+            "oldest_due_age": duration_text(
+                None if overview.oldest_due_at is None else overview.now - overview.oldest_due_at
+            ),
             "sweep_age": duration_text(
                 None if overview.last_sweep is None else overview.last_sweep.age
             ),
@@ -181,18 +182,6 @@ class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             report = admin_actions.discard_messages(selected, discarded)
         for level, text in report:
             self.message_user(request, text, level=level)
-
-
-def figures(overview: OverviewData) -> dict[str, str]:
-    """The backlog's counts, with thousands separators."""
-    backlog = overview.backlog
-    counts = {
-        "pending": backlog.due + backlog.parked,
-        "due": backlog.due,
-        "parked": backlog.parked,
-        "failed": backlog.failed,
-    }
-    return {name: f"{count:,}" for name, count in counts.items()}
 
 
 def group_row(group: LetterGroup) -> dict[str, Any]:

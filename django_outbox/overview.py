@@ -1,13 +1,15 @@
 """What the admin's overview page shows, read with bounded, indexed queries.
 
-Every read is a range of an existing index, never a scan of a whole table:
+Every read is a bounded range of an existing index, never a scan of a whole table:
 
-- the backlog, the last sweep, the dead letters and workflows per status: the store's
-  monitoring reads (:class:`~django_outbox.store.DjangoOutboxStore`, as ``outbox status``,
-  the health check and the metrics read them);
-- the chart: per hour of the last 24, the published rows kept by ``outbox_keep_published``
+- the due, parked and failed rows, the dead letters and workflows per status: counts exact
+  up to :data:`COUNT_CAP`, estimated beyond (:mod:`django_outbox.bounded_counts`), on the
+  ``status, available_at``, ``status, failed_at`` and ``status`` indexes; the oldest due
+  row's due time (one index entry); the last sweep (the store's read, as ``outbox
+  status`` and the health check read it);
+- the charts: per hour of the last 24, the published rows kept by ``outbox_keep_published``
   by the hour they became due (``status, available_at``), and the dead letters by the hour
-  they failed (``status, failed_at``), each count cut at :data:`HOURLY_CAP`;
+  they failed (``status, failed_at``), estimated above a sample per hour;
 - the groups: the newest :data:`GROUPED_LETTERS` ``dead`` letters (``status, failed_at``)
   grouped by task and exception type, so counts and first-seen times are those of that
   window when there are more dead letters;
@@ -25,20 +27,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections
-from django.db.models import Count, Max, Min, QuerySet
+from django.db import models
+from django.db.models import QuerySet
 from django.db.models.functions import Left
 
-from celery_outbox.monitoring import Backlog, LastSweep
+from celery_outbox.monitoring import LastSweep
 from celery_outbox.records import DeadLetterStatus, MessageStatus
-from django_outbox.models import DeadLetter, OutboxMessage
+from celery_outbox.workflows import WORKFLOW_STATUSES
+from django_outbox.bounded_counts import Count, HourCount, bounded_count, hourly_counts
+from django_outbox.models import DeadLetter, OutboxMessage, Workflow
 from django_outbox.store import DjangoOutboxStore
 from django_outbox.store.monitoring import database_now
 
-#: Hours the chart covers (the current, partial hour last).
-HOURS = 24
-#: Rows counted per hour and series at most (a bar above it is drawn at the cap).
-HOURLY_CAP = 20_000
+#: Rows a figure counts exactly at most (beyond: an estimate, said so).
+COUNT_CAP = 10_000
 #: Newest ``dead`` letters the groups are computed over.
 GROUPED_LETTERS = 10_000
 #: Groups shown at most (the largest first).
@@ -47,16 +49,6 @@ GROUPS_SHOWN = 25
 PARKED_SHOWN = 10
 #: Characters of a sample exception message loaded.
 SAMPLE_CHARS = 200
-
-
-@dataclass(frozen=True, kw_only=True)
-class HourCount:
-    """One bar of the chart: rows in ``[start, start + 1 h)``; ``capped``: there were more
-    than :data:`HOURLY_CAP` and ``count`` is the cap."""
-
-    start: datetime
-    count: int
-    capped: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,69 +77,78 @@ class ParkedRow:
 
 @dataclass(frozen=True, kw_only=True)
 class OverviewData:
-    """Everything the overview page shows, read at ``now`` (the database's clock)."""
+    """Everything the overview page shows, read at ``now`` (the database's clock).
+
+    ``pending`` is ``due`` plus ``parked``; ``oldest_due_at`` is when the oldest due row
+    became due (``None`` without due rows).
+    """
 
     now: datetime
-    backlog: Backlog
+    due: Count
+    parked: Count
+    failed: Count
+    pending: Count
+    oldest_due_at: datetime | None
     last_sweep: LastSweep | None
-    letters: dict[str, int]
-    workflows: dict[str, int]
+    letters: dict[str, Count]
+    workflows: dict[str, Count]
     publishes: list[HourCount]
     dead_letters: list[HourCount]
     keeps_published: bool
     groups: list[LetterGroup]
     grouped_all: bool
-    parked: list[ParkedRow]
+    parked_rows: list[ParkedRow]
+
+    @property
+    def estimated(self) -> bool:
+        """Whether a figure of the page is an estimate."""
+        figures = [self.due, self.parked, self.failed, *self.letters.values()]
+        return not all(f.exact for f in [*figures, *self.workflows.values()])
 
 
 def read_overview(alias: str, *, keeps_published: bool) -> OverviewData:
     """The overview of database ``alias`` (see the module for each query)."""
-    store = DjangoOutboxStore()
     now = database_now(alias)
-    letters = {s.value: n for s, n in store.count_dead_letters(using=alias).items()}
-    dead = DeadLetter.objects.using(alias).dead()
-    published = OutboxMessage.objects.using(alias).filter(status=MessageStatus.PUBLISHED.value)
-    failed = DeadLetter.objects.using(alias).filter(status__in=[s.value for s in DeadLetterStatus])
+    messages = OutboxMessage.objects.using(alias)
+    pending = messages.filter(status=MessageStatus.PENDING.value)
+    due = bounded_count(pending.filter(available_at__lte=now), COUNT_CAP)
+    parked = bounded_count(pending.filter(available_at__gt=now), COUNT_CAP)
+    oldest = pending.filter(available_at__lte=now).order_by("available_at")
+    letters = DeadLetter.objects.using(alias)
+    by_status = {
+        s.value: bounded_count(letters.filter(status=s.value), COUNT_CAP) for s in DeadLetterStatus
+    }
+    workflows = Workflow.objects.using(alias)
+    dead = by_status[DeadLetterStatus.DEAD.value]
+    published = messages.filter(status=MessageStatus.PUBLISHED.value)
     return OverviewData(
         now=now,
-        backlog=store.backlog(using=alias),
-        last_sweep=store.last_sweep(using=alias),
-        letters=letters,
-        workflows={str(s): n for s, n in store.count_workflows(using=alias).items()},
+        due=due,
+        parked=parked,
+        failed=bounded_count(messages.filter(status=MessageStatus.FAILED.value), COUNT_CAP),
+        pending=total(due, parked),
+        oldest_due_at=oldest.values_list("available_at", flat=True).first(),
+        last_sweep=DjangoOutboxStore().last_sweep(using=alias),
+        letters=by_status,
+        workflows={
+            s: bounded_count(workflows.filter(status=s), COUNT_CAP) for s in WORKFLOW_STATUSES
+        },
         publishes=hourly_counts(published, "available_at", now) if keeps_published else [],
-        dead_letters=hourly_counts(failed, "failed_at", now),
+        dead_letters=hourly_counts(letters.filter(status__in=list(by_status)), "failed_at", now),
         keeps_published=keeps_published,
-        groups=letter_groups(dead),
-        grouped_all=letters[DeadLetterStatus.DEAD.value] <= GROUPED_LETTERS,
-        parked=parked_next(OutboxMessage.objects.using(alias), now),
+        groups=letter_groups(letters.filter(status=DeadLetterStatus.DEAD.value)),
+        grouped_all=dead.exact and dead.value <= GROUPED_LETTERS,
+        parked_rows=parked_next(messages, now),
     )
 
 
-def hour_starts(now: datetime, hours: int = HOURS) -> list[datetime]:
-    """The starts of the last ``hours`` whole hours, the one holding ``now`` last."""
-    current = now.replace(minute=0, second=0, microsecond=0)
-    return [current - timedelta(hours=back) for back in range(hours - 1, -1, -1)]
-
-
-def hourly_counts(rows: QuerySet[Any], field: str, now: datetime) -> list[HourCount]:
-    """Rows of ``rows`` per hour of ``field``: one statement of one capped count (a range
-    of an index on ``status, field``) per hour, as scalar subqueries."""
-    starts = hour_starts(now)
-    parts, params = [], []
-    for index, start in enumerate(starts):
-        window = rows.filter(**{f"{field}__gte": start, f"{field}__lt": start + timedelta(hours=1)})
-        sql, window_params = (
-            window.order_by().values("pk")[: HOURLY_CAP + 1].query.sql_with_params()
-        )
-        parts.append(f"(SELECT COUNT(*) FROM ({sql}) AS hour_{index})")
-        params.extend(window_params)
-    with connections[rows.db].cursor() as cursor:
-        cursor.execute("SELECT " + ", ".join(parts), params)
-        found = cursor.fetchone()
-    return [
-        HourCount(start=start, count=min(n, HOURLY_CAP), capped=n > HOURLY_CAP)
-        for start, n in zip(starts, found, strict=True)
-    ]
+def total(first: Count, second: Count) -> Count:
+    """``first + second``, exact only when both are."""
+    return Count(
+        value=first.value + second.value,
+        exact=first.exact and second.exact,
+        lower_bound=first.lower_bound or second.lower_bound,
+    )
 
 
 def grouping_cutoff(dead: QuerySet[Any]) -> datetime | None:
@@ -166,7 +167,10 @@ def letter_groups(dead: QuerySet[Any]) -> list[LetterGroup]:
         window.order_by()
         .values("task_name", "exception_type")
         .annotate(
-            count=Count("id"), first=Min("failed_at"), last=Max("failed_at"), sample=Max("id")
+            count=models.Count("id"),
+            first=models.Min("failed_at"),
+            last=models.Max("failed_at"),
+            sample=models.Max("id"),
         )
         .order_by("-count", "task_name", "exception_type")[:GROUPS_SHOWN]
     )
