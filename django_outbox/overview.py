@@ -9,7 +9,8 @@ Every read is a bounded range of an existing index, never a scan of a whole tabl
   status`` and the health check read it);
 - the charts: per hour of the last 24, the published rows kept by ``outbox_keep_published``
   by the hour they became due (``status, available_at``), and the dead letters by the hour
-  they failed (``status, failed_at``), estimated above a sample per hour;
+  they failed (``status, failed_at``, one range per status, summed), estimated above a
+  sample per hour;
 - the groups: the newest :data:`GROUPED_LETTERS` ``dead`` letters (``status, failed_at``)
   grouped by task and exception type, so counts and first-seen times are those of that
   window when there are more dead letters;
@@ -23,6 +24,7 @@ default) a published row is deleted at once and the chart shows no publishes
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -134,12 +136,22 @@ def read_overview(alias: str, *, keeps_published: bool) -> OverviewData:
             s: bounded_count(workflows.filter(status=s), COUNT_CAP) for s in WORKFLOW_STATUSES
         },
         publishes=hourly_counts(published, "available_at", now) if keeps_published else [],
-        dead_letters=hourly_counts(letters.filter(status__in=list(by_status)), "failed_at", now),
+        dead_letters=summed_hours(
+            [hourly_counts(letters.filter(status=s), "failed_at", now) for s in by_status]
+        ),
         keeps_published=keeps_published,
         groups=letter_groups(letters.filter(status=DeadLetterStatus.DEAD.value)),
         grouped_all=dead.exact and dead.value <= GROUPED_LETTERS,
         parked_rows=parked_next(messages, now),
     )
+
+
+def summed_hours(series: list[list[HourCount]]) -> list[HourCount]:
+    """The hour-by-hour sums of ``series`` (each over the same hours)."""
+    return [
+        HourCount(start=hours[0].start, count=functools.reduce(total, [h.count for h in hours]))
+        for hours in zip(*series, strict=True)
+    ]
 
 
 def total(first: Count, second: Count) -> Count:
