@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from django.db import connections
@@ -49,13 +49,32 @@ class HourCount:
 
 def bounded_count(rows: QuerySet[Any], cap: int) -> Count:
     """The number of ``rows``: exact up to ``cap``, estimated (or a lower bound) beyond."""
-    found = rows.order_by()[: cap + 1].count()
-    if found <= cap:
-        return Count(value=found)
-    estimate = planner_estimate(rows)
-    if estimate is None or estimate <= cap:
-        return Count(value=cap, exact=False, lower_bound=True)
-    return Count(value=estimate, exact=False)
+    return bounded_counts({"rows": rows}, cap)["rows"]
+
+
+def bounded_counts(named: dict[str, QuerySet[Any]], cap: int) -> dict[str, Count]:
+    """:func:`bounded_count` of each of ``named`` (querysets of one database): one statement
+    of capped counts, then one ``EXPLAIN`` per count beyond ``cap``."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for index, rows in enumerate(named.values()):
+        sql, row_params = rows.order_by().values("pk")[: cap + 1].query.sql_with_params()
+        parts.append(f"(SELECT COUNT(*) FROM ({sql}) AS counted_{index})")
+        params.extend(row_params)
+    alias = next(iter(named.values())).db
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(parts), params)
+        found = cursor.fetchone()
+    counts = {}
+    for (name, rows), value in zip(named.items(), found, strict=True):
+        estimate = planner_estimate(rows) if value > cap else None
+        if value <= cap:
+            counts[name] = Count(value=value)
+        elif estimate is None or estimate <= cap:
+            counts[name] = Count(value=cap, exact=False, lower_bound=True)
+        else:
+            counts[name] = Count(value=estimate, exact=False)
+    return counts
 
 
 def planner_estimate(rows: QuerySet[Any]) -> int | None:
@@ -78,27 +97,56 @@ def hour_starts(now: datetime, hours: int = HOURS) -> list[datetime]:
 
 
 def hourly_counts(rows: QuerySet[Any], field: str, now: datetime) -> list[HourCount]:
-    """``rows`` per hour of ``field`` over the last :data:`HOURS` (see the module), one
-    statement reading at most 2 x :data:`HOUR_SAMPLE` entries of an index on ``field``
-    per hour."""
+    """``rows`` per hour of ``field`` over the last :data:`HOURS` (see the module)."""
+    return hourly_series({"rows": (rows, field)}, now)["rows"]
+
+
+def hourly_series(
+    named: dict[str, tuple[QuerySet[Any], str]], now: datetime
+) -> dict[str, list[HourCount]]:
+    """:func:`hourly_counts` of each of ``named`` (``(rows, field)`` of one database) in
+    one statement, reading at most 2 x :data:`HOUR_SAMPLE` entries of an index on
+    ``field`` per hour and series. Each series' SQL is built once, for every hour."""
     starts = hour_starts(now)
     parts: list[str] = []
     params: list[Any] = []
-    for index, start in enumerate(starts):
-        hour = rows.filter(**{f"{field}__gte": start, f"{field}__lt": start + timedelta(hours=1)})
-        capped = hour.order_by().values("pk")[:HOUR_SAMPLE]
-        sql, capped_params = capped.query.sql_with_params()
-        last = hour.order_by(field).values(field)[HOUR_SAMPLE - 1 : HOUR_SAMPLE]
-        last_sql, last_params = last.query.sql_with_params()
-        parts.append(f"(SELECT COUNT(*) FROM ({sql}) AS hour_{index})")
-        parts.append(f"({last_sql})")
-        params.extend([*capped_params, *last_params])
-    with connections[rows.db].cursor() as cursor:
+    alias = next(iter(named.values()))[0].db
+    adapt = connections[alias].ops.adapt_datetimefield_value
+    for index, (rows, field) in enumerate(named.values()):
+        for sql, template in _hour_statements(rows, field, f"s{index}"):
+            for start in starts:
+                bounds = {adapt(_FROM): adapt(start), adapt(_TO): adapt(start + timedelta(hours=1))}
+                parts.append(sql)
+                params.extend(bounds.get(value, value) for value in template)
+    with connections[alias].cursor() as cursor:
         cursor.execute("SELECT " + ", ".join(parts), params)
         found = cursor.fetchone()
+    result = {}
+    hours = len(starts)
+    for index, name in enumerate(named):
+        counted = found[2 * hours * index : 2 * hours * index + hours]
+        ends = found[2 * hours * index + hours : 2 * hours * (index + 1)]
+        result[name] = [
+            HourCount(start=start, count=hour_count(start, n, end, now))
+            for start, n, end in zip(starts, counted, ends, strict=True)
+        ]
+    return result
+
+
+#: Stand-ins for an hour's bounds while a series' SQL is built (replaced per hour).
+_FROM, _TO = datetime(1971, 1, 1, tzinfo=timezone.utc), datetime(1972, 1, 1, tzinfo=timezone.utc)
+
+
+def _hour_statements(rows: QuerySet[Any], field: str, name: str) -> list[tuple[str, list[Any]]]:
+    """The capped count and the sample's last time of one hour of ``rows``, as scalar
+    subqueries with :data:`_FROM` and :data:`_TO` among their parameters."""
+    hour = rows.filter(**{f"{field}__gte": _FROM, f"{field}__lt": _TO})
+    sql, capped = hour.order_by().values("pk")[:HOUR_SAMPLE].query.sql_with_params()
+    last = hour.order_by(field).values(field)[HOUR_SAMPLE - 1 : HOUR_SAMPLE]
+    last_sql, last_params = last.query.sql_with_params()
     return [
-        HourCount(start=start, count=hour_count(start, found[2 * i], found[2 * i + 1], now))
-        for i, start in enumerate(starts)
+        (f"(SELECT COUNT(*) FROM ({sql}) AS {name})", list(capped)),
+        (f"({last_sql})", list(last_params)),
     ]
 
 

@@ -36,7 +36,7 @@ from django.db.models.functions import Left
 from celery_outbox.monitoring import LastSweep
 from celery_outbox.records import DeadLetterStatus, MessageStatus
 from celery_outbox.workflows import WORKFLOW_STATUSES
-from django_outbox.bounded_counts import Count, HourCount, bounded_count, hourly_counts
+from django_outbox.bounded_counts import Count, HourCount, bounded_counts, hourly_series
 from django_outbox.models import DeadLetter, OutboxMessage, Workflow
 from django_outbox.store import DjangoOutboxStore
 from django_outbox.store.monitoring import database_now
@@ -113,32 +113,40 @@ def read_overview(alias: str, *, keeps_published: bool) -> OverviewData:
     now = database_now(alias)
     messages = OutboxMessage.objects.using(alias)
     pending = messages.filter(status=MessageStatus.PENDING.value)
-    due = bounded_count(pending.filter(available_at__lte=now), COUNT_CAP)
-    parked = bounded_count(pending.filter(available_at__gt=now), COUNT_CAP)
-    oldest = pending.filter(available_at__lte=now).order_by("available_at")
     letters = DeadLetter.objects.using(alias)
-    by_status = {
-        s.value: bounded_count(letters.filter(status=s.value), COUNT_CAP) for s in DeadLetterStatus
-    }
     workflows = Workflow.objects.using(alias)
-    dead = by_status[DeadLetterStatus.DEAD.value]
-    published = messages.filter(status=MessageStatus.PUBLISHED.value)
+    counts = bounded_counts(
+        {
+            "due": pending.filter(available_at__lte=now),
+            "parked": pending.filter(available_at__gt=now),
+            "failed": messages.filter(status=MessageStatus.FAILED.value),
+            **{f"letters_{s.value}": letters.filter(status=s.value) for s in DeadLetterStatus},
+            **{f"workflows_{s}": workflows.filter(status=s) for s in WORKFLOW_STATUSES},
+        },
+        COUNT_CAP,
+    )
+    series = {
+        f"letters_{s.value}": (letters.filter(status=s.value), "failed_at")
+        for s in DeadLetterStatus
+    }
+    if keeps_published:
+        published = messages.filter(status=MessageStatus.PUBLISHED.value)
+        series["published"] = (published, "available_at")
+    hours = hourly_series(series, now)
+    dead = counts["letters_dead"]
+    oldest = pending.filter(available_at__lte=now).order_by("available_at")
     return OverviewData(
         now=now,
-        due=due,
-        parked=parked,
-        failed=bounded_count(messages.filter(status=MessageStatus.FAILED.value), COUNT_CAP),
-        pending=total(due, parked),
+        due=counts["due"],
+        parked=counts["parked"],
+        failed=counts["failed"],
+        pending=total(counts["due"], counts["parked"]),
         oldest_due_at=oldest.values_list("available_at", flat=True).first(),
         last_sweep=DjangoOutboxStore().last_sweep(using=alias),
-        letters=by_status,
-        workflows={
-            s: bounded_count(workflows.filter(status=s), COUNT_CAP) for s in WORKFLOW_STATUSES
-        },
-        publishes=hourly_counts(published, "available_at", now) if keeps_published else [],
-        dead_letters=summed_hours(
-            [hourly_counts(letters.filter(status=s), "failed_at", now) for s in by_status]
-        ),
+        letters={s.value: counts[f"letters_{s.value}"] for s in DeadLetterStatus},
+        workflows={s: counts[f"workflows_{s}"] for s in WORKFLOW_STATUSES},
+        publishes=hours.get("published", []),
+        dead_letters=summed_hours([hours[f"letters_{s.value}"] for s in DeadLetterStatus]),
         keeps_published=keeps_published,
         groups=letter_groups(letters.filter(status=DeadLetterStatus.DEAD.value)),
         grouped_all=dead.exact and dead.value <= GROUPED_LETTERS,
