@@ -30,6 +30,7 @@ from django.utils.translation import gettext_lazy as _
 from celery_outbox.config import OutboxConfig
 from django_outbox import admin_actions, letter_groups
 from django_outbox.admin_chart import bar_chart
+from django_outbox.admin_workflows import breakable
 from django_outbox.bounded_counts import HOUR_SAMPLE
 from django_outbox.celery_app import outbox_app
 from django_outbox.models import DeadLetter, Overview
@@ -190,7 +191,14 @@ def group_row(group: LetterGroup) -> dict[str, Any]:
         task_name=group.task_name, exception_type=group.exception_type, upto=group.sample_id
     )
     sample = reverse("admin:django_outbox_deadletter_change", args=[group.sample_id])
-    return {"group": group, "key": key, "letters_url": letters_url(key), "sample_url": sample}
+    return {
+        "group": group,
+        "key": key,
+        "letters_url": letters_url(key),
+        "sample_url": sample,
+        "task_html": breakable(group.task_name),
+        "exception_html": breakable(group.exception_type),
+    }
 
 
 def letters_url(key: letter_groups.LetterGroupKey) -> str:
