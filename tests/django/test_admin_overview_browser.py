@@ -177,6 +177,7 @@ def test_a_superuser_reads_the_page_and_acts_on_groups(admin_server: str) -> Non
         parked_rows = page.locator("#outbox-parked-next tbody tr").count()
         injected = page.evaluate("() => window.__xss")
         injected_nodes = page.evaluate(INJECTED_NODES)
+        page_width = page.evaluate("() => document.documentElement.scrollWidth")
         page.screenshot(path=str(SCREENSHOT), full_page=True)
 
         group_row(page, TIMEOUT).locator("button.outbox-discard-group").click()
@@ -200,6 +201,7 @@ def test_a_superuser_reads_the_page_and_acts_on_groups(admin_server: str) -> Non
         groups_left = page.locator("tr.outbox-group").count()
 
     assert figures == {"pending": "4", "parked": "4", "failed": "1", "due": "0"}
+    assert page_width <= WIDTH  # readable at 1280 x 800 without scrolling sideways
     assert "ago" in sweep
     assert bars == [24, 24]  # publishes, then dead letters: one bar per hour
     assert any(t.endswith(" published") for t in tooltips)
