@@ -108,7 +108,9 @@ def pages() -> dict[str, str]:
     from django_outbox.models import DeadLetter, OutboxMessage, Workflow
 
     letter = DeadLetter.objects.filter(status="dead").order_by("-id").only("id").first()
-    row = OutboxMessage.objects.filter(status="pending").order_by("id").only("id").first()
+    # the row due last: no sweep publishes (and deletes) it while the pages are timed
+    pending = OutboxMessage.objects.filter(status="pending")
+    row = pending.order_by("-available_at").only("id").first()
     workflow = Workflow.objects.order_by("-id").only("id").first()
     if letter is None or row is None or workflow is None:
         raise RuntimeError("the seed wrote no dead letter, pending row or workflow")
