@@ -18,14 +18,17 @@ from typing import Any
 NAMES = (
     "enqueue",
     "sweep",
+    "sweep_scale",
     "retry_memory",
     "no_blocking",
+    "retry_isolation",
     "latency",
     "atomic",
     "workflows",
     "peer",
     "django_tasks",
     "scrape",
+    "observability",
     "admin_pages",
 )
 #: ``--quick`` retry memory: shorter settling, fewer RSS samples (its bytes mean nothing).
@@ -46,8 +49,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--chains", type=int, default=200, help="workflows: chains per case")
     parser.add_argument("--warm-up", type=int, default=1000, help="retry memory warm-up tasks")
     parser.add_argument("--failing", type=int, default=20, help="no blocking: failing tasks")
+    parser.add_argument("--storm", type=int, default=500, help="retry isolation: failing tasks")
     parser.add_argument(
         "--scrape-rows", type=int, default=1_000_000, help="scrape: outbox rows (1,000,000)"
+    )
+    parser.add_argument(
+        "--broker",
+        choices=("redis", "amqp"),
+        default="redis",
+        help="the broker: Redis (default) or RabbitMQ (rows marked [RabbitMQ])",
+    )
+    parser.add_argument(
+        "--parked-rows", type=int, default=1_000_000, help="empty sweep: parked rows (1,000,000)"
     )
     parser.add_argument(
         "--admin-rows", type=int, default=1_000_000, help="admin pages: outbox rows (1,000,000)"
@@ -62,7 +75,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.rounds, args.enqueue_tasks, args.rows = 1, 100, 300
         args.retries, args.healthy, args.latency_tasks = 100, 100, 30
         args.warm_up, args.failing, args.atomic_tasks = 100, 2, 50
-        args.chains, args.scrape_rows = 10, 3000
+        args.chains, args.scrape_rows, args.storm = 10, 3000, 20
+        args.parked_rows = 3000
         args.admin_rows, args.admin_letters = 3000, 300
     return args
 
@@ -76,10 +90,13 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         enqueue,
         latency,
         no_blocking,
+        observability,
         peer,
+        retry_isolation,
         retry_memory,
         scrape,
         sweep,
+        sweep_scale,
         workflows,
     )
 
@@ -87,11 +104,15 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         return enqueue.run(tasks=args.enqueue_tasks, rounds=args.rounds)
     if name == "sweep":
         return sweep.run(rows=args.rows, rounds=args.rounds)
+    if name == "sweep_scale":
+        return sweep_scale.run(rows=args.rows, parked=args.parked_rows)
     if name == "retry_memory":
         quick = QUICK_RETRY_MEMORY if args.quick else {}
         return retry_memory.run(retries=args.retries, warm_up=args.warm_up, **quick)
     if name == "no_blocking":
         return no_blocking.run(healthy=args.healthy, rounds=args.rounds, failing=args.failing)
+    if name == "retry_isolation":
+        return retry_isolation.run(healthy=args.healthy, rounds=args.rounds, storm=args.storm)
     if name == "latency":
         return latency.run(tasks=args.latency_tasks)
     if name == "atomic":
@@ -100,6 +121,10 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         return django_tasks.run(tasks=args.enqueue_tasks, rounds=args.rounds)
     if name == "workflows":
         return workflows.run(chains=args.chains, rounds=args.rounds, quick=args.quick)
+    if name == "observability":
+        return observability.run(
+            tasks=args.enqueue_tasks, worker_tasks=args.healthy, rounds=args.rounds
+        )
     if name == "scrape":
         return scrape.run(rows=args.scrape_rows, rounds=args.rounds)
     if name == "admin_pages":
@@ -111,6 +136,9 @@ def main(argv: list[str]) -> int:
     """Run the chosen benchmarks; 0 when every one ran, 1 when one failed."""
     args = parse(argv)
     os.environ.setdefault("BENCH_QUEUE", f"celery-outbox-bench-{os.getpid()}")
+    if args.broker == "amqp":  # before the app is imported, and for the workers it starts
+        amqp = os.environ.get("BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+        os.environ["BENCH_BROKER_URL"] = amqp
     from benchmarks import env, report
 
     env.setup_django()
@@ -121,7 +149,10 @@ def main(argv: list[str]) -> int:
             started = time.monotonic()
             print(f"-- {name} ...", flush=True)
             try:
-                rows.extend(run(name, args))
+                found = run(name, args)
+                if args.broker == "amqp":
+                    found = [{**row, "case": f"{row['case']} [RabbitMQ]"} for row in found]
+                rows.extend(found)
             except Exception as exc:  # report it, run the others
                 failed = True
                 traceback.print_exc()

@@ -1,7 +1,8 @@
 """The benchmark Celery app and its tasks, shared by the harness and its workers.
 
 Everything comes from the environment so that a worker subprocess gets the harness's
-broker, queue and settings: ``BENCH_REDIS_URL``, ``BENCH_QUEUE``, ``BENCH_PREFETCH`` and
+broker, queue and settings: ``BENCH_REDIS_URL``, ``BENCH_BROKER_URL`` (default: that
+Redis; ``--broker amqp`` sets RabbitMQ: ``BENCH_AMQP_URL``), ``BENCH_QUEUE``, ``BENCH_PREFETCH`` and
 ``BENCH_PUBLISH_GRACE``. Tasks report to Redis (keys prefixed with the queue name), so the
 harness can count finished tasks and read task start times without a result backend.
 """
@@ -19,6 +20,8 @@ from celery_outbox import OutboxTask
 
 #: Broker (and the tasks' report store): Redis database 11, left to the benchmarks.
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
+#: The broker: Redis (above) unless ``BENCH_BROKER_URL`` names another (RabbitMQ).
+BROKER_URL = os.environ.get("BENCH_BROKER_URL", REDIS_URL)
 #: The queue of this run: every task is routed to it, and report keys start with it.
 QUEUE = os.environ.get("BENCH_QUEUE", "celery-outbox-bench")
 #: Seconds of (sleeping, I/O-like) work a healthy task does.
@@ -28,7 +31,7 @@ FAILING_BACKOFF, FAILING_RETRIES = 0.25, 4
 #: Countdown of the long retries of the memory benchmark.
 LONG_RETRY = 3600
 
-app = Celery("celery_outbox_bench", broker=REDIS_URL, set_as_current=True)
+app = Celery("celery_outbox_bench", broker=BROKER_URL, set_as_current=True)
 app.conf.update(
     task_default_queue=QUEUE,
     task_ignore_result=True,
@@ -130,6 +133,20 @@ def outbox_failing(i: int) -> None:
     raise ProviderDown(i)
 
 
+# -- observability -------------------------------------------------------------------------
+class _FailsOnceTask(OutboxTask):
+    autoretry_for = (ProviderDown,)
+    retry_backoff = 0.01
+
+
+@app.task(bind=True, base=_FailsOnceTask, name="bench.outbox_fails_once")
+def outbox_fails_once(self: Task[Any, Any], i: int) -> None:
+    """Fail the first attempt (an ETA retry within 10 ms), then succeed and count it."""
+    if self.request.retries == 0:
+        raise ProviderDown(i)
+    reports().incr(key("succeeded"))
+
+
 # -- retry memory ----------------------------------------------------------------------------
 @app.task(bind=True, name="bench.plain_retry_long", max_retries=None)
 def plain_retry_long(self: Task[Any, Any], i: int) -> Any:
@@ -143,3 +160,47 @@ def outbox_retry_long(self: Task[Any, Any], i: int) -> Any:
     """OutboxTask: retry in an hour (parked in the outbox table)."""
     reports().incr(key("ran"))
     raise self.retry(countdown=LONG_RETRY)
+
+
+# -- retry isolation -------------------------------------------------------------------------
+#: The queue of the storm's retries with ``retry_queue`` (a worker of its own consumes it);
+#: under this run's report prefix, so purging the run purges it too.
+RETRY_QUEUE = f"{QUEUE}:retries"
+#: The retry queue of :func:`storm_isolated_low` (its worker runs at a lower CPU priority).
+LOW_RETRY_QUEUE = f"{QUEUE}:retries-low"
+#: Backoff cap (seconds) of the storm tasks: from their fifth attempt on, each retries
+#: every 2 s while the outage lasts (500 tasks: about 250 failing attempts a second).
+STORM_BACKOFF_MAX = 2.0
+
+
+def _storm(i: int) -> None:
+    """Fail while the run's ``outage`` key is set; count the attempt, and the success."""
+    reports().incr(key("storm_attempts"))
+    if reports().exists(key("outage")):
+        raise ProviderDown(i)
+    reports().incr(key("storm_done"))
+
+
+class _StormTask(OutboxTask):
+    autoretry_for = (ProviderDown,)
+    max_retries = None  # keep retrying until the outage ends
+    retry_backoff = FAILING_BACKOFF
+    retry_backoff_max = STORM_BACKOFF_MAX
+
+
+@app.task(base=_StormTask, name="bench.storm_shared")
+def storm_shared(i: int) -> None:
+    """A storm task whose retries go back to the healthy tasks' queue."""
+    _storm(i)
+
+
+@app.task(base=_StormTask, name="bench.storm_isolated", retry_queue=RETRY_QUEUE)
+def storm_isolated(i: int) -> None:
+    """A storm task whose retries go to :data:`RETRY_QUEUE`."""
+    _storm(i)
+
+
+@app.task(base=_StormTask, name="bench.storm_isolated_low", retry_queue=LOW_RETRY_QUEUE)
+def storm_isolated_low(i: int) -> None:
+    """A storm task whose retries go to :data:`LOW_RETRY_QUEUE`."""
+    _storm(i)

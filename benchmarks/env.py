@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 #: Redis keys of kombu's Redis transport that hold unacknowledged (e.g. ETA) messages.
@@ -50,20 +51,49 @@ def reset_outbox() -> None:
         cursor.execute(f"TRUNCATE {OUTBOX_TABLE}, {DEAD_LETTER_TABLE}")
 
 
+def on_rabbitmq() -> bool:
+    """Whether the broker of this run is RabbitMQ (``--broker amqp``)."""
+    from benchmarks.app import BROKER_URL
+
+    return BROKER_URL.startswith("amqp")
+
+
 def purge_broker() -> None:
-    """Delete this run's queue, its report keys and unacknowledged messages (Redis db 11)."""
+    """Empty this run's queue and delete its report keys (and, on Redis, the
+    unacknowledged messages)."""
     from benchmarks.app import QUEUE, reports
 
     client = reports()
-    keys = [QUEUE, *UNACKED_KEYS, *client.scan_iter(match=f"{QUEUE}:*", count=1000)]
-    client.delete(*keys)
+    keys = [*client.scan_iter(match=f"{QUEUE}:*", count=1000)]
+    if on_rabbitmq():
+        _amqp_queue(purge=True)
+    else:
+        keys += [QUEUE, *UNACKED_KEYS]
+    if keys:
+        client.delete(*keys)
 
 
 def queue_length() -> int:
     """Messages waiting in this run's queue."""
     from benchmarks.app import QUEUE, reports
 
+    if on_rabbitmq():
+        return _amqp_queue(purge=False)
     return int(reports().llen(QUEUE))
+
+
+def _amqp_queue(*, purge: bool) -> int:
+    """Declare this run's RabbitMQ queue as Celery does; its message count, or purge it."""
+    from benchmarks.app import QUEUE, app
+
+    queue = app.amqp.queues[QUEUE]
+    with app.connection_for_write() as conn:
+        bound = queue(conn.default_channel)
+        bound.declare()
+        if purge:
+            return int(bound.purge() or 0)
+        declared: Any = bound.queue_declare(passive=True)
+        return int(declared.message_count)
 
 
 def counter(name: str) -> int:

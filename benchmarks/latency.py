@@ -9,7 +9,11 @@ path's, not a queue's.
 - ``plain``: ``apply_async`` outside the outbox (time of the call -> start), the reference;
 - ``on-commit``: ``OutboxTask.delay()`` in the transaction, published after COMMIT;
 - ``sweep``: the row is committed without its on-commit publish (as if the process died
-  right after COMMIT) and ``django-admin outbox relay --grace 0 --poll 0.2`` publishes it.
+  right after COMMIT, or with ``outbox_publish_grace = 0``) and
+  ``django-admin outbox relay --grace 0 --poll 0.2`` publishes it: once polling only
+  (``--no-listen``), once woken by the outbox trigger's ``NOTIFY`` (PostgreSQL). Two more
+  rows time the sweep path to the broker only (commit -> the message in the Redis queue,
+  no worker): the relay's own part, without the worker's.
   The beat-driven sweep adds ``outbox_publish_grace`` (10 s) plus up to
   ``outbox_sweep_interval`` (5 s) to this by design.
 """
@@ -28,6 +32,8 @@ from benchmarks.stats import percentile
 GAP = 0.01
 #: The relay loop's pause between idle passes (``outbox relay``'s default).
 RELAY_POLL = 0.2
+#: p50 of the sweep path woken by NOTIFY (issue 20: p50 <= 20 ms, p99 <= 100 ms).
+NOTIFY_TARGET = 20.0
 
 
 def _starts() -> dict[str, float]:
@@ -100,7 +106,8 @@ def _row(case: str, latencies: list[float], target: float | None) -> dict[str, A
 
 
 def run(*, tasks: int) -> list[dict[str, Any]]:
-    """Three result rows: plain, on-commit and sweep paths (p50/p99 in ms)."""
+    """Six result rows (p50/p99 in ms): plain, on-commit and sweep paths to the task's start,
+    the sweep path polled and woken by NOTIFY; then the sweep path to the broker alone."""
     env.reset_outbox()
     worker = start_worker(pool="prefork", concurrency=2)
     try:
@@ -109,19 +116,44 @@ def run(*, tasks: int) -> list[dict[str, Any]]:
             _row("plain apply_async", _measure(_plain, tasks), None),
             _row("on-commit path", _measure(_committed(_on_commit), tasks), 10.0),
         ]
-        relay = start_relay(poll=RELAY_POLL, grace=0.0)
-        try:
-            rows.append(
-                _row(
-                    f"sweep path (relay, poll {RELAY_POLL} s)",
-                    _measure(_committed(_unpublished), tasks),
-                    None,
-                )
-            )
-        finally:
-            relay.stop()
+        for listen, case, target in (
+            (False, f"sweep path (relay, poll {RELAY_POLL} s)", None),
+            (True, f"sweep path (relay, NOTIFY, poll {RELAY_POLL} s)", NOTIFY_TARGET),
+        ):
+            relay = start_relay(poll=RELAY_POLL, grace=0.0, listen=listen)
+            try:
+                rows.append(_row(case, _measure(_committed(_unpublished), tasks), target))
+            finally:
+                relay.stop()
     finally:
         worker.stop()
         env.purge_broker()
+    try:
+        for listen, case in ((False, "poll"), (True, "NOTIFY")):
+            relay = start_relay(poll=RELAY_POLL, grace=0.0, listen=listen)
+            try:
+                latencies = _to_broker(tasks)
+            finally:
+                relay.stop()
+            rows.append(
+                _row(f"sweep path, commit -> in the broker (relay, {case})", latencies, None)
+            )
+    finally:
+        env.purge_broker()
         env.reset_outbox()
     return rows
+
+
+def _to_broker(tasks: int) -> list[float]:
+    """Commit -> the message in the Redis queue (no worker: the relay's part alone), one
+    row at a time (``BLPOP`` waits for each)."""
+    from benchmarks.app import QUEUE, reports
+
+    client, latencies = reports(), []
+    for i in range(tasks):
+        _, committed = _committed(_unpublished)(i)
+        if client.blpop([QUEUE], timeout=30) is None:
+            raise RuntimeError("the relay published nothing in 30 s")
+        latencies.append((time.time() - committed) * 1000)
+        time.sleep(GAP)
+    return latencies

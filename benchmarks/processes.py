@@ -94,12 +94,16 @@ def start_worker(
     concurrency: int,
     env: Mapping[str, str] | None = None,
     app_module: str = "benchmarks.worker_app",
+    queue: str | None = None,
+    nice: int = 0,
 ) -> Child:
-    """A Celery worker of ``app_module`` (the benchmark app) on this run's queue, once it
-    is ready (the module prints :data:`READY`)."""
+    """A Celery worker of ``app_module`` (the benchmark app) on ``queue`` (this run's
+    queue by default), at CPU priority ``nice``, once it is ready (the module prints
+    :data:`READY`)."""
     from benchmarks.app import QUEUE
 
     argv = [
+        *(["nice", "-n", str(nice)] if nice else []),
         sys.executable,
         "-m",
         "celery",
@@ -110,7 +114,7 @@ def start_worker(
         "-c",
         str(concurrency),
         "-Q",
-        QUEUE,
+        queue or QUEUE,
         "-l",
         "warning",
         "-n",
@@ -122,8 +126,8 @@ def start_worker(
     return Child(argv, env=env or {}, ready=READY)
 
 
-def start_relay(*, poll: float, grace: float) -> Child:
-    """``django-admin outbox relay`` on the benchmark settings."""
+def start_relay(*, poll: float, grace: float, listen: bool = True) -> Child:
+    """``django-admin outbox relay`` on the benchmark settings (``--no-listen``: poll only)."""
     argv = [
         sys.executable,
         "-m",
@@ -134,6 +138,7 @@ def start_relay(*, poll: float, grace: float) -> Child:
         str(poll),
         "--grace",
         str(grace),
+        *([] if listen else ["--no-listen"]),
     ]
     return Child(argv, env={"DJANGO_SETTINGS_MODULE": "benchmarks.settings"}, ready="polling every")
 

@@ -30,6 +30,10 @@ WARM_UP = 1000
 #: counts). ``--quick`` waits less and samples twice: it checks the harness, not the bytes.
 SETTLE = 2.0
 RSS_SAMPLES = 5
+#: Issue 20's bound on the worker holding the parked retries and on the sweeper
+#: publishing them 500 at a time.
+RSS_TARGET_MIB = 150.0
+MIB = 1024 * 1024
 
 
 def _outbox_table_bytes() -> int:
@@ -98,11 +102,45 @@ def _side(
             if rows != warm_up + retries:
                 raise RuntimeError(f"{rows} parked rows, expected {warm_up + retries}")
             result["db_bytes_per_row"] = (_outbox_table_bytes() - table_before) / rows
+            worker.stop()  # the rows are due below: no worker runs (and re-parks) them
+            result["sweeper_rss_peak"] = _sweeper_peak(rows)
         return result
     finally:
         worker.stop()
         env.purge_broker()
         env.reset_outbox()
+
+
+def _sweeper_peak(rows: int) -> float:
+    """Make the parked rows due, then sweep them all with ``outbox sweep`` (batches of
+    ``outbox_sweep_batch_size``, 500), as often as it takes; its largest RSS, sampled
+    every 20 ms. Every row must reach the queue."""
+    import sys
+
+    from django.db import connection
+
+    from celery_outbox.records import OUTBOX_TABLE
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {OUTBOX_TABLE} SET available_at = now() - interval '1 minute', "
+            "created_at = now() - interval '1 hour'"
+        )
+    argv = [sys.executable, "-m", "django", "outbox", "sweep"]
+    peak = 0
+    while _parked_rows():
+        sweep = Child(argv, env={"DJANGO_SETTINGS_MODULE": "benchmarks.settings"}, ready=None)
+        try:
+            while sweep.process.poll() is None:
+                peak = max(peak, sweep.rss_bytes())
+                time.sleep(0.02)
+            if sweep.process.returncode:
+                raise RuntimeError(f"outbox sweep failed:\n{sweep.log_text()[-3000:]}")
+        finally:
+            sweep.stop()
+    if env.queue_length() != rows:
+        raise RuntimeError(f"{env.queue_length()} messages in the queue, expected {rows}")
+    return float(peak)
 
 
 def _parked_rows() -> int:
@@ -135,5 +173,16 @@ def run(
             "target": 50.0,
             "db_bytes_per_row": ours.get("db_bytes_per_row"),
             "samples": {"plain": plain, "ours": ours},
-        }
+        },
+        {
+            "benchmark": "retry memory",
+            "case": f"{warm_up + retries} parked: worker RSS, then the sweeper's peak",
+            "unit": "MiB",
+            "tasks": warm_up + retries,
+            "rounds": 1,
+            "worker_mib": ours["rss_after"] / MIB,
+            "sweeper_peak_mib": ours["sweeper_rss_peak"] / MIB,
+            "value": max(ours["rss_after"], ours["sweeper_rss_peak"]) / MIB,
+            "target": RSS_TARGET_MIB,
+        },
     ]

@@ -14,6 +14,12 @@ django.setup()
 from benchmarks.app import app  # noqa: E402  (Django must be set up first)
 from benchmarks.processes import READY  # noqa: E402
 
+if os.environ.get("BENCH_OBSERVE") == "1":  # benchmarks.observability's "on" worker
+    import celery_outbox.metrics  # noqa: F401  (connects the counters)
+    from benchmarks.observability import install_tracing
+
+    install_tracing()
+
 __all__ = ["app"]
 
 

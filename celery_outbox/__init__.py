@@ -12,6 +12,7 @@ from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.config import OutboxConfig
 from celery_outbox.dead_letters import discard, requeue
 from celery_outbox.exceptions import (
+    ArgumentsMismatch,
     AtomicUnsupported,
     DeadLetterDiscarded,
     NoStoreConfigured,
@@ -36,6 +37,7 @@ from celery_outbox.task import OutboxTask
 
 __all__ = [
     "SWEEP_TASK",
+    "ArgumentsMismatch",
     "AtomicUnsupported",
     "BackoffPolicy",
     "DeadLetterDiscarded",

@@ -10,7 +10,7 @@ from typing import Any
 from celery import Celery
 
 from celery_outbox.exceptions import OutboxConfigError
-from celery_outbox.rules import SHORTEST, Count, DottedPath, Flag, Rule, Seconds
+from celery_outbox.rules import SHORTEST, Count, DottedPath, Flag, QueueName, Rule, Seconds
 from celery_outbox.state import state_of
 
 #: Seconds in an hour and in a day (for the ranges below).
@@ -31,6 +31,7 @@ DEFAULTS: Mapping[str, Any] = {
     "outbox_max_deliveries": 5,
     "outbox_beat_schedule": True,
     "outbox_max_payload_bytes": 4 * 1024 * 1024,
+    "outbox_retry_queue": None,
     "outbox_publish_timeout": 1.0,
     "outbox_keep_completed": 7 * 24 * 3600.0,
     "outbox_chord_max_header": 1000,
@@ -54,6 +55,8 @@ RULES: Mapping[str, Rule] = {
     "outbox_max_deliveries": Count(minimum=1, maximum=1000, unit="deliveries"),
     "outbox_beat_schedule": Flag(),
     "outbox_max_payload_bytes": Count(minimum=1, maximum=1024**3, unit="bytes", none=True),
+    # None: a retry goes back to the queue its task came from.
+    "outbox_retry_queue": QueueName(),
     "outbox_publish_timeout": Seconds(minimum=0.01, maximum=300.0),
     # A duplicate arriving after this window runs again: keep it longer than any redelivery.
     "outbox_keep_completed": Seconds(minimum=1.0, maximum=3650 * DAY),
@@ -98,6 +101,9 @@ class OutboxConfig:
     max_deliveries: int
     beat_schedule: bool
     max_payload_bytes: int | None
+    #: The queue of every retry of a task without its own ``retry_queue`` (``None``: the
+    #: queue the task came from).
+    retry_queue: str | None
     #: Seconds one publish may wait for the broker before the row is left to the sweeper.
     publish_timeout: timedelta
     #: How long ``CompletedTask`` rows of atomic tasks are kept (the duplicate window).

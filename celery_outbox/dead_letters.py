@@ -14,14 +14,14 @@ from kombu.utils.uuid import uuid
 
 from celery_outbox import tracing
 from celery_outbox.canvas_shape import workflow_root
-from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
 from celery_outbox.escaping import is_incomplete, original_arguments
-from celery_outbox.exceptions import DeadLetterDiscarded, OutboxError
+from celery_outbox.exceptions import ArgumentsMismatch, DeadLetterDiscarded, OutboxError
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter, StoredMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.signals import dead_letter_requeued
+from celery_outbox.worker.arguments import mismatch
 
 #: Routing keys of ``DeadLetter.options`` reused by a requeue.
 ROUTING_KEYS = ("queue", "exchange", "routing_key", "priority")
@@ -99,7 +99,8 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
         The letter is discarded, or was discarded while this requeue ran.
     OutboxError
         The letter's task is not registered with ``app``, or the letter was stored
-        without its arguments (:func:`celery_outbox.escaping.minimal_letter`).
+        without its arguments (:func:`celery_outbox.escaping.minimal_letter`), or they
+        do not fit the task's signature any more (:class:`ArgumentsMismatch`).
     """
     store = store_for(app)
     letter = store.get_dead_letter(letter_id, using=using)
@@ -120,11 +121,18 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
             f"Cannot requeue dead letter {letter_id}: it was stored without its arguments "
             "(see its exception message); dispatch the task again yourself."
         )
-    config, now = OutboxConfig.from_celery(app), utcnow()
+    config, now = OutboxConfig.from_celery(app), store.now(using=using)
     options = {k: v for k, v in letter.options.items() if k in ROUTING_KEYS and v is not None}
     canvas = letter.options.get("canvas") or {}
     options.update(canvas)  # a workflow step resumes its workflow where it stopped
     args, kwargs = original_arguments(letter.args, letter.kwargs, letter.options)
+    problem = mismatch(task, tuple(args), kwargs)
+    if problem is not None:  # the task changed since: say so, the letter stays dead
+        raise ArgumentsMismatch(
+            f"Cannot requeue dead letter {letter_id} of task {letter.task_name!r}: its "
+            f"arguments {problem}. It stays dead: requeue it once the task accepts them, "
+            "or discard it."
+        )
     new_id = uuid()
     with tracing.attached(letter.options.get(TRACE_OPTION) or {}):
         message = build_message(

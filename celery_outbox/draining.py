@@ -17,7 +17,6 @@ from typing import Any
 
 from celery import Celery
 
-from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.dispatches import Dispatch, Drained
 from celery_outbox.envelope import decode_body
@@ -60,7 +59,8 @@ def publishing_held(app: Celery) -> Iterator[HeldRelay]:
 def claim_rows(app: Celery, ids: Sequence[int], *, using: str | None) -> Claim:
     """Claim the existing pending rows of ``ids``, due or not (ETA and parked rows are
     made due now), in the order they were written."""
-    store, now = store_for(app), utcnow()
+    store = store_for(app)
+    now = store.now(using=using)
     store.reset(ids, now=now, using=using)
     claim = store.claim(ids, now=now, lease_until=now + DRAIN_LEASE, using=using)
     ordered = tuple(sorted(claim.messages, key=lambda m: m.id))
@@ -84,7 +84,7 @@ def run_claimed(app: Celery, claim: Claim, message: StoredMessage, *, using: str
         )
     store = store_for(app)
     keep = OutboxConfig.from_celery(app).keep_published > timedelta(0)
-    store.mark_published(claim, [message.id], now=utcnow(), keep=keep, using=using)
+    store.mark_published(claim, [message.id], now=store.now(using=using), keep=keep, using=using)
     args, kwargs, _embed = decode_body(
         message.payload, message.options, accept=app.conf.accept_content, max_bytes=None
     )

@@ -135,6 +135,8 @@ def build_call(
 
     A message whose ETA lies more than ``park_after`` ahead is stored with
     ``available_at`` at its ETA, so no broker or worker holds it while it waits.
+    ``now`` is the database's clock (``OutboxStore.now``): a ``countdown`` is counted
+    from it, an ``eta`` is the caller's wall time and kept as given.
     With ``lease``, a message due now is born leased (``locked_until``) for that long
     to the publisher that will publish it on commit. The trace context current at the
     call, if any, is stored in the message headers (:mod:`celery_outbox.tracing`).
@@ -170,7 +172,11 @@ def build_call(
         )
     headers = with_storable_reprs(publish.get("headers") or {})
     available_at = _available_at(
-        headers.get("eta"), now=now, park_after=park_after, tz=app.timezone
+        headers.get("eta"),
+        countdown=options.get("countdown"),
+        now=now,
+        park_after=park_after,
+        tz=app.timezone,
     )
     message = NewMessage(
         task_id=headers.get("id", task_id),
@@ -219,12 +225,19 @@ def _stored_options(
     }
 
 
-def _available_at(eta: str | None, *, now: datetime, park_after: timedelta, tz: tzinfo) -> datetime:
-    if eta:
+def _available_at(
+    eta: str | None, *, countdown: Any, now: datetime, park_after: timedelta, tz: tzinfo
+) -> datetime:
+    # A countdown is a wait from ``now`` (the database's clock), not from the ETA Celery
+    # computed on this host's clock; an eta is the caller's wall time and stays as given.
+    # As in Celery, a countdown wins over an eta.
+    if countdown:
+        when = now + timedelta(seconds=countdown)
+    elif eta:
         when = as_datetime("eta", eta, tz=tz)
-        if when - now > park_after:
-            return when
-    return now
+    else:
+        return now
+    return when if when - now > park_after else now
 
 
 def publish_body(payload: str, options: Mapping[str, Any]) -> bytes:

@@ -36,6 +36,11 @@ class PayloadError(OutboxError, TypeError):
     """A task's arguments cannot be serialised or are too large to dispatch."""
 
 
+class ArgumentsMismatch(OutboxError, TypeError):
+    """A message's arguments do not fit its task's signature (a message written by another
+    version of the code): dead-lettered without running, never retried."""
+
+
 class ScheduleError(OutboxError, ValueError):
     """A countdown, eta or expires cannot be represented as a time to run the task."""
 

@@ -24,7 +24,11 @@ class MemoryMonitoring(OutboxStore):
     last_sweep_at: datetime | None
     _lock: threading.RLock
 
-    def backlog(self, *, using: str | None = None) -> Backlog:
+    def now(self, *, using: str | None = None) -> datetime:
+        """The store's clock: the one clock of this "database"."""
+        return self.clock()
+
+    def backlog(self, *, using: str | None = None, bound: int | None = None) -> Backlog:
         with self._lock:
             now = self.clock()
             pending = [r for r in self.rows.values() if r.status is MessageStatus.PENDING]
@@ -37,7 +41,14 @@ class MemoryMonitoring(OutboxStore):
                 oldest_due_age=max(waits, default=None),
             )
 
-    def count_dead_letters(self, *, using: str | None = None) -> Mapping[DeadLetterStatus, int]:
+    def next_due(self, *, after: datetime, using: str | None = None) -> datetime | None:
+        with self._lock:
+            pending = (r for r in self.rows.values() if r.status is MessageStatus.PENDING)
+            return min((r.available_at for r in pending if r.available_at > after), default=None)
+
+    def count_dead_letters(
+        self, *, using: str | None = None, bound: int | None = None
+    ) -> Mapping[DeadLetterStatus, int]:
         with self._lock:
             found = [letter.status for letter in self.letters.values()]
         return {status: found.count(status) for status in DeadLetterStatus}

@@ -82,7 +82,9 @@ class MemoryWorkflows(OutboxStore):
     def get_workflow(self, root_id: str, *, using: str | None = None) -> StoredWorkflow | None:
         return self.workflows.get(root_id)
 
-    def count_workflows(self, *, using: str | None = None) -> Mapping[WorkflowStatus, int]:
+    def count_workflows(
+        self, *, using: str | None = None, bound: int | None = None
+    ) -> Mapping[WorkflowStatus, int]:
         counts = dict.fromkeys(WORKFLOW_STATUSES, 0)
         with self._lock:
             for workflow in self.workflows.values():

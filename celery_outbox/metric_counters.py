@@ -67,6 +67,12 @@ def connect() -> None:
         signal.connect(receiver, weak=False, dispatch_uid=uid)
 
 
+def disconnect() -> None:
+    """Stop counting (the counters keep their values; :func:`connect` resumes)."""
+    for signal, receiver in _RECEIVERS:
+        signal.disconnect(dispatch_uid=f"celery_outbox.metrics.{receiver.__name__}")
+
+
 def on_published(
     sender: Any = None, messages: Sequence[StoredMessage] = (), path: str = "", **_: Any
 ) -> None:

@@ -40,6 +40,7 @@ except ImportError as exc:  # the one guarded import: the extra is optional
     ) from exc
 
 from celery_outbox import metric_counters
+from celery_outbox.estimates import EXACT_UP_TO
 from celery_outbox.exceptions import StoreError
 from celery_outbox.monitoring import Backlog
 from celery_outbox.registry import store_for
@@ -67,22 +68,31 @@ class Snapshot:
     last_sweep_timestamp: float | None
 
 
-def read_snapshot(store: OutboxStore, aliases: Sequence[str | None]) -> Snapshot:
+def read_snapshot(
+    store: OutboxStore, aliases: Sequence[str | None], *, bound: int | None = None
+) -> Snapshot:
     """Read ``store`` over ``aliases``: per database, the backlog (the ``status,
-    available_at`` index), dead letters and workflows by status (a ``GROUP BY status``
-    each) and the sweep record.
+    available_at`` index), dead letters and workflows by status (a count per status
+    each) and the sweep record; counts above ``bound`` may be estimates
+    (:mod:`celery_outbox.estimates`; ``None``: exact).
 
     Raises
     ------
     StoreError
         A read failed.
     """
-    backlogs = [store.backlog(using=alias) for alias in aliases]
+    backlogs = [store.backlog(using=alias, bound=bound) for alias in aliases]
     letters: dict[str, int] = {}
     workflows: dict[str, int] = {}
     for alias in aliases:
-        _add(letters, {s.value: n for s, n in store.count_dead_letters(using=alias).items()})
-        _add(workflows, {str(s): n for s, n in store.count_workflows(using=alias).items()})
+        _add(
+            letters,
+            {s.value: n for s, n in store.count_dead_letters(using=alias, bound=bound).items()},
+        )
+        _add(
+            workflows,
+            {str(s): n for s, n in store.count_workflows(using=alias, bound=bound).items()},
+        )
     return Snapshot(
         backlog=_summed(backlogs),
         dead_letters=letters,
@@ -100,11 +110,22 @@ class OutboxCollector(Collector):
         The Celery app whose outbox store is read (``store_for(app)``, at scrape time).
     aliases
         The databases to read (default: every database the sweep covers).
+    exact_up_to
+        Counts are exact up to this many rows; above it, on PostgreSQL, they are the
+        planner's estimate, so a scrape's cost does not grow with the tables
+        (:mod:`celery_outbox.estimates`; ``None``: always exact).
     """
 
-    def __init__(self, app: Celery, *, aliases: Sequence[str | None] | None = None) -> None:
+    def __init__(
+        self,
+        app: Celery,
+        *,
+        aliases: Sequence[str | None] | None = None,
+        exact_up_to: int | None = EXACT_UP_TO,
+    ) -> None:
         self.app = app
         self.aliases = None if aliases is None else list(aliases)
+        self.exact_up_to = exact_up_to
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
         """The gauges' names, without reading the store (so registering reads nothing)."""
@@ -115,7 +136,7 @@ class OutboxCollector(Collector):
         store = store_for(self.app)
         aliases = store.sweep_aliases() if self.aliases is None else self.aliases
         try:
-            snapshot = read_snapshot(store, aliases)
+            snapshot = read_snapshot(store, aliases, bound=self.exact_up_to)
         except StoreError as exc:
             logger.warning("celery-outbox: metrics scrape could not read the outbox: %s", exc)
             return _families(None, error=True)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from celery_outbox.clock import utcnow
 from celery_outbox.records import DeadLetterStatus
 
 #: The key of the sweep's row in the sweep table (one row per database).
@@ -55,18 +56,35 @@ class MonitoredStore(abc.ABC):
     about sweeps.
     """
 
+    def now(self, *, using: str | None = None) -> datetime:
+        """The current time of database ``using``'s clock, aware UTC.
+
+        Every time a store writes or compares for the core (``available_at``, leases,
+        ``created_at`` against the grace, parked due times) is on this clock, so hosts
+        whose clocks disagree agree on it (:mod:`celery_outbox.database_clock`). No round
+        trip per call: a reading of the database's clock serves for a while. This
+        default, for a store that cannot read its database's clock, is this process's.
+        """
+        return utcnow()
+
     @abc.abstractmethod
-    def backlog(self, *, using: str | None = None) -> Backlog:
+    def backlog(self, *, using: str | None = None, bound: int | None = None) -> Backlog:
         """Count the due, the parked and the failed rows and age the oldest due one.
 
         A few reads of ranges of the ``status, available_at`` index, committed data.
+        ``bound``: a store may read at most about that many index entries per count and
+        report a larger count as its database's estimate (:mod:`celery_outbox.estimates`;
+        the oldest age is then that of the ``bound`` rows due longest); ``None``: exact.
         """
 
     @abc.abstractmethod
-    def count_dead_letters(self, *, using: str | None = None) -> Mapping[DeadLetterStatus, int]:
+    def count_dead_letters(
+        self, *, using: str | None = None, bound: int | None = None
+    ) -> Mapping[DeadLetterStatus, int]:
         """How many dead letters there are per status (every status present, 0 when none).
 
-        One read of the ``status, failed_at`` index, committed data.
+        One read of the ``status, failed_at`` index, committed data; ``bound`` as for
+        :meth:`backlog`.
         """
 
     def keeps_sweeps(self) -> bool:

@@ -70,19 +70,25 @@ class Relay:
         *,
         store: OutboxStore,
         config: OutboxConfig,
-        clock: Clock = utcnow,
+        clock: Clock | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.app, self.store, self.config = app, store, config
+        #: ``None``: each database's own clock (``store.now``), as in production.
         self.clock, self.rng = clock, rng or random.Random()
         #: The broker side: connections, producers, queues and the publish pass.
         self.producers = Producers(
             app,
             timeout=config.publish_timeout,
             batch_bytes=config.sweep_batch_bytes,
-            clock=lambda: self.clock(),
+            clock=lambda: (self.clock or utcnow)(),  # ``expires``: the caller's wall time
         )
         self._publishers: dict[str | None, Callable[[Sequence[StoredMessage]], PublishReport]] = {}
+
+    def now(self, using: str | None = None) -> datetime:
+        """The clock leases and due times of database ``using`` are on: the database's
+        (:meth:`~celery_outbox.storage.OutboxStore.now`), unless a ``clock`` was given."""
+        return self.store.now(using=using) if self.clock is None else self.clock()
 
     def publisher(
         self, using: str | None = None
@@ -108,7 +114,7 @@ class Relay:
         in a long transaction, or the store does not lease) are claimed first.
         """
         try:
-            now = self.clock()
+            now = self.now(using)
             leased = [m for m in messages if m.locked_until is not None and m.locked_until > now]
             held = self.store.still_leased(leased, using=using) if leased else set()
             mine = tuple(m for m in leased if m.id in held)
@@ -148,7 +154,7 @@ class Relay:
         # of large rows is never held in memory at once; each claim takes at least one row.
         report, left = PublishReport(), list(ids)
         while left:
-            now = self.clock()
+            now = self.now(using)
             claim = self.store.claim(
                 left,
                 now=now,
@@ -192,7 +198,7 @@ class Relay:
             self.store.mark_published(
                 claim,
                 sent.published,
-                now=self.clock(),
+                now=self.now(using),
                 keep=self.config.keep_published > timedelta(0),
                 using=using,
             )
@@ -245,7 +251,7 @@ class Relay:
         for (error, tries), ids in groups.items():
             retry_at: datetime | None = None
             if tries + 1 < max_attempts:  # the one place a row gives up
-                retry_at = self.clock() + PUBLISH_BACKOFF.delay_for(tries + 1, rng=self.rng)
+                retry_at = self.now(using) + PUBLISH_BACKOFF.delay_for(tries + 1, rng=self.rng)
                 logger.warning(
                     "celery-outbox: %d row(s) not published (%s); next try at %s",
                     len(ids),

@@ -138,3 +138,17 @@ class DottedPath(Rule):
     def accepts(self, value: Any) -> bool:
         """``None`` or a string with a dot inside."""
         return value is None or (isinstance(value, str) and "." in value.strip("."))
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueName(Rule):
+    """``None`` or the name of a queue (a non-empty string without surrounding spaces)."""
+
+    @property
+    def accepted(self) -> str:
+        """``"None, or a queue name such as 'retries'"``."""
+        return "None, or a queue name such as 'retries'"
+
+    def accepts(self, value: Any) -> bool:
+        """``None``, or a string that is not empty and not padded with spaces."""
+        return value is None or (isinstance(value, str) and bool(value) and value == value.strip())

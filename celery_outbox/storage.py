@@ -1,9 +1,8 @@
 """The store: the one seam between the core and a database.
 
-``OutboxTask``, the relay and the sweeper talk only to :class:`OutboxStore`. The Django app
-installs an ORM store; other apps install :class:`celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`;
-tests use :class:`celery_outbox.testing.InMemoryOutboxStore`. One contract suite
-(``tests/contract``) holds every store to the same semantics.
+``OutboxTask``, the relay and the sweeper talk only to :class:`OutboxStore`: Django's ORM
+store, :class:`celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`, or in tests
+:class:`celery_outbox.testing.InMemoryOutboxStore`, held to one contract (``tests/contract``).
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from celery_outbox.records import (
     StoredDeadLetter,
     StoredMessage,
 )
+from celery_outbox.wakeups import WakeupStore
 from celery_outbox.workflows import WorkflowStore
 
 #: Called after commit with every row one transaction deferred (see ``defer_publish``).
@@ -63,13 +63,13 @@ def publisher_key(publish: PublishCallback) -> Hashable:
     return publish
 
 
-class OutboxStore(CompletionStore, WorkflowStore, MonitoredStore, abc.ABC):
+class OutboxStore(CompletionStore, WorkflowStore, MonitoredStore, WakeupStore, abc.ABC):
     """Where outbox rows and dead letters live.
 
     Every method taking ``using`` accepts a database alias (Django) or ``None`` for the store's
     default; stores with a single database ignore it. Datetimes are aware UTC. Driver errors
     are raised as :class:`~celery_outbox.exceptions.StoreError` with the cause chained. Its
-    parts: :mod:`.completions` (atomic tasks), :mod:`.workflows`, :mod:`.monitoring`.
+    parts: :mod:`.completions`, :mod:`.workflows`, :mod:`.monitoring`, :mod:`.wakeups`.
     """
 
     # -- dispatch ---------------------------------------------------------------

@@ -8,10 +8,9 @@ the batch in one statement. Claims make concurrent sweeps safe by construction: 
 sweepers never hold the same row, and one whose lease ran out cannot mark the rows
 another sweeper took over (fencing).
 
-A sweep also records that it ran (:meth:`~celery_outbox.monitoring.MonitoredStore.record_sweep`,
-read by the health check): a sweeper asks the store at most twice per
-``outbox_sweep_interval`` and the store writes at most once per interval, however often
-the relay loop sweeps and however many sweepers run.
+A sweep also records that it ran (``store.record_sweep``, read by the health check): a
+sweeper asks the store at most twice per ``outbox_sweep_interval`` and the store writes
+at most once per interval, however often the relay loop sweeps and however many run.
 """
 
 from __future__ import annotations
@@ -24,19 +23,18 @@ from datetime import datetime, timedelta
 
 from celery import Celery
 
-from celery_outbox.clock import Clock, utcnow
+from celery_outbox.clock import Clock
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
 from celery_outbox.records import Claim, MessageStatus
 from celery_outbox.relay import PublishPath, Relay
+from celery_outbox.relay_loop import RelayLoop
 from celery_outbox.storage import OutboxStore
 
 logger = logging.getLogger(__name__)
 
 #: How long one sweep keeps claiming batches before it leaves the rest to the next one.
 SWEEP_BUDGET = timedelta(seconds=30)
-#: Longest pause of :meth:`Sweeper.run` after a store error (it doubles from ``poll``).
-MAX_ERROR_BACKOFF = timedelta(seconds=30)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +97,9 @@ class Sweeper:
         ``sweep_batch_size``, ``sweep_batch_bytes``, ``publish_grace``, ``claim_lease``
         and ``publish_max_attempts`` are used.
     clock
-        The current aware UTC time.
+        The current aware UTC time for due times, leases, the grace and purges; by
+        default each database's own clock (``store.now``), so a host whose clock is
+        off neither takes rows early nor publishes a row twice.
     budget
         How long one :meth:`sweep` may keep claiming batches.
     """
@@ -111,7 +111,7 @@ class Sweeper:
         store: OutboxStore,
         relay: Relay,
         config: OutboxConfig,
-        clock: Clock = utcnow,
+        clock: Clock | None = None,
         budget: timedelta = SWEEP_BUDGET,
     ) -> None:
         self.app, self.store, self.relay, self.config = app, store, relay, config
@@ -134,7 +134,7 @@ class Sweeper:
         StoreError
             When the store fails; rows already claimed stay leased until their lease ends.
         """
-        deadline = self.clock() + self.budget
+        deadline = self.now(using) + self.budget
         report = SweepReport()
         while True:
             self._note_sweep(using)
@@ -145,20 +145,40 @@ class Sweeper:
             report += batch
             if not self._full(claim) or _broker_down(batch):
                 return report
-            if self.clock() >= deadline:
+            if self.now(using) >= deadline:
                 return report + SweepReport(more=True)
 
     def sweep_all(
         self, aliases: Sequence[str | None] | None = None, *, path: PublishPath = "sweep"
     ) -> SweepReport:
-        """:meth:`sweep` each of ``aliases`` (default: ``store.sweep_aliases()``)."""
+        """:meth:`sweep` each of ``aliases`` (default: ``store.sweep_aliases()``).
+
+        A database whose store fails (down, or an alias removed from settings) does not
+        stop the others: each is swept, then the failures are raised as one
+        :class:`StoreError` naming their aliases (a single database's error is raised as is).
+        """
         report = SweepReport()
-        for alias in self.store.sweep_aliases() if aliases is None else aliases:
-            report += (
-                self.sweep(alias, path=path)
-                + self.purge_expired(alias)
-                + self.purge_completed(alias)
-            )
+        aliases = list(self.store.sweep_aliases() if aliases is None else aliases)
+        failed: list[tuple[str | None, StoreError]] = []
+        for alias in aliases:
+            try:
+                report += (
+                    self.sweep(alias, path=path)
+                    + self.purge_expired(alias)
+                    + self.purge_completed(alias)
+                )
+            except StoreError as exc:
+                if len(aliases) == 1:
+                    raise
+                failed.append((alias, exc))
+                logger.error("celery-outbox: could not sweep database %r; sweeping on", alias)
+        if failed:
+            names = ", ".join(repr(alias) for alias, _ in failed)
+            errors = " ".join(f"{alias!r}: {exc}" for alias, exc in failed)
+            raise StoreError(
+                f"celery-outbox: could not sweep database(s) {names} (the others were swept, "
+                f"{report.as_dict()}). {errors}"
+            ) from failed[0][1]
         return report
 
     def purge_expired(self, using: str | None = None) -> SweepReport:
@@ -172,7 +192,7 @@ class Sweeper:
             return SweepReport()
         purged = self.store.purge(
             statuses=[MessageStatus.PUBLISHED],
-            older_than=self.clock() - keep,
+            older_than=self.now(using) - keep,
             limit=self.config.sweep_batch_size,
             using=using,
         )
@@ -182,7 +202,7 @@ class Sweeper:
         """Delete one batch of ``CompletedTask`` rows older than ``outbox_keep_completed``
         (a duplicate of such a task that arrives later runs again), and one batch of the
         joins of chords done before then."""
-        older_than = self.clock() - self.config.keep_completed
+        older_than = self.now(using) - self.config.keep_completed
         limit = self.config.sweep_batch_size
         purged = self.store.purge_completed(older_than=older_than, limit=limit, using=using)
         purged += self.store.purge_joins(older_than=older_than, limit=limit, using=using)
@@ -193,7 +213,7 @@ class Sweeper:
         interval (a read; it writes when its record is an interval old), so a long sweep
         keeps its record fresh too. A store that cannot record it is logged, and the
         sweep goes on: publishing matters more than the health check's record."""
-        now, every = self.clock(), self.config.sweep_interval
+        now, every = self.now(using), self.config.sweep_interval
         noted = self._noted.get(using)
         if noted is not None and now - noted < every / 2:
             return
@@ -207,8 +227,12 @@ class Sweeper:
                 exc_info=True,
             )
 
+    def now(self, using: str | None = None) -> datetime:
+        """Database ``using``'s clock (``store.now``), unless a ``clock`` was given."""
+        return self.store.now(using=using) if self.clock is None else self.clock()
+
     def _claim(self, using: str | None) -> Claim:
-        now = self.clock()
+        now = self.now(using)
         return self.store.claim_due(
             now=now,
             created_before=now - self.config.publish_grace,
@@ -241,36 +265,16 @@ class Sweeper:
         poll: float | timedelta,
         *,
         aliases: Sequence[str | None] | None = None,
+        listen: bool = True,
     ) -> None:
-        """Sweep ``aliases`` (default: every alias of the store) until ``stop`` is set.
+        """Sweep ``aliases`` (default: every alias of the store) until ``stop`` is set:
+        the relay loop of ``outbox relay`` (:class:`~celery_outbox.relay_loop.RelayLoop`).
 
-        ``poll`` (seconds, or a timedelta) is the pause between passes that found
-        nothing more to do; a pass that left due rows behind is followed at once by the next one. A
-        :class:`StoreError` is logged and the loop pauses (doubling from ``poll`` up to
-        :data:`MAX_ERROR_BACKOFF`) before it tries again. The relay's broker connection
-        is released when the loop ends.
+        ``poll`` (seconds, or a timedelta) is the longest pause between passes that found
+        nothing more to do; the pause ends sooner when a parked row comes due and, with
+        ``listen``, at a PostgreSQL ``NOTIFY`` of a row nobody publishes at commit.
         """
-        idle = poll.total_seconds() if isinstance(poll, timedelta) else float(poll)
-        errors = 0
-        try:
-            while not stop.is_set():
-                pause, errors = self._run_once(idle, errors, aliases)
-                stop.wait(pause)
-        finally:
-            self.relay.close()
-
-    def _run_once(
-        self, idle: float, errors: int, aliases: Sequence[str | None] | None
-    ) -> tuple[float, int]:
-        try:
-            report = self.sweep_all(aliases, path="relay")
-        except StoreError:
-            logger.exception("celery-outbox: sweep failed; trying again")
-            pause = min(max(idle, 0.1) * 2**errors, MAX_ERROR_BACKOFF.total_seconds())
-            return pause, errors + 1
-        if report.published or report.failed or report.rescheduled:
-            logger.info("celery-outbox: swept %s", report.as_dict())
-        return (0.0 if report.more else idle), 0
+        RelayLoop(self, listen=listen).run(stop, poll, aliases=aliases)
 
 
 def _broker_down(batch: SweepReport) -> bool:

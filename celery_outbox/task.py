@@ -13,7 +13,6 @@ from celery.result import AsyncResult
 from kombu.utils.uuid import uuid
 
 from celery_outbox import workflow_dispatch
-from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.eager import apply_on_commit
 from celery_outbox.envelope import build_call
@@ -24,6 +23,7 @@ from celery_outbox.signals import task_dispatched
 from celery_outbox.superseding import superseding
 from celery_outbox.worker import atomic as atomic_runs
 from celery_outbox.worker import runner, unknown
+from celery_outbox.worker.arguments import check_arguments
 from celery_outbox.worker.attempt import USING_HEADER, attempt_from_request
 from celery_outbox.worker.options import check_tasks, checked_options
 from celery_outbox.worker.steps import Step
@@ -62,6 +62,9 @@ class OutboxTask(_TaskBase):
     retry_backoff_max: float = 300.0
     #: Seconds after the first failure when retrying stops (``None``: no deadline).
     retry_max_elapsed: float | None = None
+    #: Queue of every retry (ETA or parked), so failing tasks cannot delay fresh work
+    #: (``None``: the setting ``outbox_retry_queue``, else the task's own queue).
+    retry_queue: str | None = None
     #: Exactly-once effects in the database: the body, its dispatches and a
     #: ``CompletedTask`` row commit in one transaction; a duplicate delivery is skipped.
     atomic: bool = False
@@ -90,6 +93,7 @@ class OutboxTask(_TaskBase):
         step = Step.of(self, request, attempt)
 
         def call() -> Any:
+            check_arguments(self, attempt.task_id, args, kwargs)
             return self.run(*args, **kwargs)
 
         if not atomic_runs.is_atomic(self):
@@ -194,7 +198,8 @@ class OutboxTask(_TaskBase):
             eager = apply_on_commit(self, args, kwargs, task_id, options, using, config)
             _announce(self, task_id, args, kwargs, given, using=using, message=None, row_id=None)
             return eager
-        now = utcnow()
+        store = store_for(app)
+        now = store.now(using=using)  # the database's clock, whatever this host's says
         call = build_call(
             self,
             args,
@@ -206,7 +211,7 @@ class OutboxTask(_TaskBase):
             max_bytes=config.max_payload_bytes,
             lease=config.publish_grace,  # the on-commit publisher's, so it needs no claim
         )
-        message, store = call.message, store_for(app)
+        message = call.message
         running = runner.running_attempt()
         supersedes = superseding(
             message, running_task_id=None if running is None else running.task_id

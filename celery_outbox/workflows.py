@@ -83,8 +83,11 @@ class WorkflowStore:
         """``root_id``'s workflow, or ``None`` (its own read, committed data)."""
         return None
 
-    def count_workflows(self, *, using: str | None = None) -> Mapping[WorkflowStatus, int]:
-        """How many workflows there are per status (every status present, 0 when none)."""
+    def count_workflows(
+        self, *, using: str | None = None, bound: int | None = None
+    ) -> Mapping[WorkflowStatus, int]:
+        """How many workflows there are per status (every status present, 0 when none);
+        ``bound`` as for :meth:`~celery_outbox.monitoring.MonitoredStore.backlog`."""
         return dict.fromkeys(WORKFLOW_STATUSES, 0)
 
     def open_join(

@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import Celery
 from celery import _state as celery_state
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model, QuerySet
 
 
@@ -54,3 +54,12 @@ def created_celery_app() -> Celery | None:
     current: Celery | None = celery_state._tls.current_app  # type: ignore[attr-defined]
     default: Celery | None = celery_state.default_app  # type: ignore[attr-defined]
     return current or default
+
+
+def new_connection(alias: str) -> Any:
+    """A new DB-API connection to database ``alias``, made as Django makes its own but
+    left to the caller (``connection.Database.connect(**connection.get_connection_params())``:
+    the driver module and the keyword arguments Django builds from ``DATABASES``, without
+    its pool)."""
+    wrapper: Any = connections[alias]
+    return wrapper.Database.connect(**wrapper.get_connection_params())

@@ -1,39 +1,33 @@
-"""The Django admin of the outbox: dead letters and outbox messages, both read-only (and
-the completed atomic tasks, :mod:`django_outbox.admin_completed`, and the workflows,
-:mod:`django_outbox.admin_workflows`).
+"""The Django admin of the outbox: dead letters here, read-only (the outbox messages:
+:mod:`django_outbox.admin_messages`; the completed atomic tasks,
+:mod:`django_outbox.admin_completed`; the workflows, :mod:`django_outbox.admin_workflows`).
 
 Nothing here edits a row directly. The actions keep only rows in a state they apply to,
 delegate to :mod:`django_outbox.admin_actions` (and from there to the core), and report
 counts with ``message_user``. Each dead-letter action is shown only to users holding its
-permission (``django_outbox.requeue_deadletter``, ``django_outbox.discard_deadletter``);
-the outbox-message actions need ``django_outbox.change_outboxmessage``. Payload data is
-always escaped (``format_html``), never marked safe.
+permission (``django_outbox.requeue_deadletter``, ``django_outbox.discard_deadletter``),
+on the list and as a button on a dead letter's page (:mod:`django_outbox.admin_rows`).
+Payload data is always escaped (``format_html``), never marked safe.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
-from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
-from celery_outbox.envelope import decode_body
+from celery_outbox.records import DeadLetterStatus
 from django_outbox import admin_actions
-from django_outbox.admin_base import ReadOnlyAdmin, head, preformatted
+from django_outbox._compat import instance_alias
+from django_outbox.admin_base import clipped, folded, head, pretty_json, short_time
 from django_outbox.admin_completed import CompletedTaskAdmin
+from django_outbox.admin_messages import OutboxMessageAdmin
 from django_outbox.admin_overview import OverviewAdmin
-from django_outbox.admin_workflows import WorkflowAdmin, letter_workflow
+from django_outbox.admin_rows import RowAction, RowActionsAdmin
+from django_outbox.admin_workflows import WorkflowAdmin, admin_link, letter_workflow
 from django_outbox.dead_letters import discard_letters, requeue_letters
-from django_outbox.models import (
-    DeadLetter,
-    DeadLetterQuerySet,
-    OutboxMessage,
-    OutboxMessageQuerySet,
-)
+from django_outbox.models import CompletedTask, DeadLetter, DeadLetterQuerySet, OutboxMessage
 
 __all__ = [
     "CompletedTaskAdmin",
@@ -43,65 +37,50 @@ __all__ = [
     "WorkflowAdmin",
 ]
 
-#: Characters of a message or error shown in a changelist column.
-SHORT_TEXT = 80
 
-#: Content types whose payload the admin decodes for display (never pickle).
-DECODABLE_CONTENT_TYPES = frozenset({"application/json"})
-
-#: Largest inflated payload the admin decodes for display (a compressed row beyond it is
-#: shown undecoded rather than inflated in the web process).
-MAX_DECODED_BYTES = 16 * 1024 * 1024
+def is_dead(letter: DeadLetter) -> bool:
+    """Whether ``letter`` may still be requeued or discarded."""
+    return letter.status == DeadLetterStatus.DEAD.value
 
 
-def pretty_json(value: Any) -> SafeString:
-    """``value`` as indented JSON in an escaped ``<pre>``."""
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=repr)
-    return preformatted(text)
-
-
-def shorten(text: str) -> str:
-    """The first line of ``text``, cut to :data:`SHORT_TEXT` characters."""
-    first_line = text.strip().splitlines()[0] if text.strip() else ""
-    return Truncator(first_line).chars(SHORT_TEXT)
-
-
-def decoded_payload(row: OutboxMessage) -> Any:
-    """The message body ``(args, kwargs, embed)`` of a JSON payload, else ``None``.
-
-    Other serializers are not decoded: unpickling data from the database in the web
-    process would run whatever code it names.
-    """
-    options = row.options or {}
-    if options.get("content_type") not in DECODABLE_CONTENT_TYPES:
-        return None
-    try:
-        return decode_body(
-            row.payload, options, accept=DECODABLE_CONTENT_TYPES, max_bytes=MAX_DECODED_BYTES
-        )
-    except (ValueError, TypeError, KeyError):
-        return None
+def task_row_link(task_id: str, *, using: str) -> SafeString | str:
+    """A link to what became of task ``task_id``: its pending or failed outbox row, its
+    completed-task row (atomic tasks), or its own dead letter; the id alone when the
+    outbox published it and kept nothing (``-`` without an id)."""
+    if not task_id:
+        return "-"
+    for model in (OutboxMessage, CompletedTask, DeadLetter):
+        row = model._default_manager.using(using).filter(task_id=task_id).order_by("-pk")
+        found = row.only("pk").first()
+        if found is not None:
+            return admin_link(found, f"{task_id} ({model._meta.verbose_name})")
+    return task_id
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(ReadOnlyAdmin):
+class DeadLetterAdmin(RowActionsAdmin):
     """Dead letters: inspect them, then requeue or discard the ``dead`` ones."""
 
-    list_display = (
-        "task_name",
-        "status",
-        "exception_type",
-        "short_message",
-        "retries",
-        "first_failed_at",
-        "failed_at",
-        "task_id",
-    )
+    # Five compact columns: at 1280 x 800 the navigation and the filters leave the list
+    # about 630 pixels. The task id, retries and first failure are on a letter's page
+    # (and the task id on hover over the name).
+    list_display = ("name", "status", "exception", "short_message", "failed")
     list_filter = ("status", "task_name", "exception_type", "failed_at")
     search_fields = ("task_id", "exception_message")
     date_hierarchy = "failed_at"
     ordering = ("-failed_at", "-id")
     actions = ("requeue_selected", "discard_selected")
+    change_list_template = "admin/django_outbox/outbox_change_list.html"
+    row_actions = (
+        RowAction(
+            name="requeue", label=_("Requeue"), run="requeue_selected", permission="requeue",
+            applies=is_dead,
+        ),
+        RowAction(
+            name="discard", label=_("Discard"), run="discard_selected", permission="discard",
+            applies=is_dead, confirm=_("Discard this dead letter? It will not be requeued."),
+        ),
+    )  # fmt: skip
     list_deferred = ("args", "kwargs", "options", "traceback", "exception_message")
     list_heads = {"message_head": "exception_message"}
     readonly_fields = (
@@ -120,7 +99,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         "traceback_block",
         "requeued_at",
         "requeued_by",
-        "requeued_task_id",
+        "requeued_task",
     )
     fieldsets = (
         (None, {"fields": ("task_name", "task_id", "status", "workflow")}),
@@ -138,13 +117,35 @@ class DeadLetterAdmin(ReadOnlyAdmin):
             },
         ),
         (_("Call"), {"fields": ("args_json", "kwargs_json", "options_json")}),
-        (_("Requeue"), {"fields": ("requeued_at", "requeued_by", "requeued_task_id")}),
+        (_("Requeue"), {"fields": ("requeued_at", "requeued_by", "requeued_task")}),
     )
 
+    @admin.display(description=_("task name"), ordering="task_name")
+    def name(self, letter: DeadLetter) -> SafeString:
+        """The task name in two lines at most; in full, with the task id, on hover."""
+        return clipped(letter.task_name, hover=f"{letter.task_name}\n{letter.task_id}")
+
+    @admin.display(description=_("exception type"), ordering="exception_type")
+    def exception(self, letter: DeadLetter) -> SafeString:
+        """The exception's class name, its dotted path on hover."""
+        short = letter.exception_type.rpartition(".")[2] or letter.exception_type
+        return clipped(short, hover=letter.exception_type, narrow=True)
+
     @admin.display(description=_("message"), ordering="exception_message")
-    def short_message(self, letter: DeadLetter) -> str:
-        """The exception message's first line, shortened (escaped by the changelist)."""
-        return shorten(head(letter, "message_head", "exception_message"))
+    def short_message(self, letter: DeadLetter) -> SafeString:
+        """The exception message's first line, cut; on hover its first
+        :data:`~django_outbox.admin_base.HEAD_CHARS` characters (all of it on the page)."""
+        return clipped(head(letter, "message_head", "exception_message"))
+
+    @admin.display(description=_("failed at"), ordering="failed_at")
+    def failed(self, letter: DeadLetter) -> SafeString | str:
+        """``failed_at``, short."""
+        return short_time(letter.failed_at)
+
+    @admin.display(description=_("requeued task id"))
+    def requeued_task(self, letter: DeadLetter) -> SafeString | str:
+        """The requeued task's id, linked to its outbox row, completed task or dead letter."""
+        return task_row_link(letter.requeued_task_id, using=instance_alias(letter))
 
     @admin.display(description=_("workflow"))
     def workflow(self, letter: DeadLetter) -> SafeString | str:
@@ -153,8 +154,8 @@ class DeadLetterAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("exception message"))
     def message_block(self, letter: DeadLetter) -> SafeString:
-        """The whole exception message, escaped."""
-        return preformatted(letter.exception_message)
+        """The whole exception message, escaped, folded when long."""
+        return folded(letter.exception_message)
 
     @admin.display(description=_("args"))
     def args_json(self, letter: DeadLetter) -> SafeString:
@@ -173,8 +174,8 @@ class DeadLetterAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("traceback"))
     def traceback_block(self, letter: DeadLetter) -> SafeString:
-        """The traceback, escaped."""
-        return preformatted(letter.traceback)
+        """The traceback, escaped, folded when long (its summary the exception line)."""
+        return folded(letter.traceback, summary_from_end=True)
 
     def has_requeue_permission(self, request: HttpRequest) -> bool:
         """Whether the user may requeue dead letters."""
@@ -196,100 +197,3 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         selected = queryset.count()
         discarded = discard_letters(queryset)
         self.report(request, admin_actions.discard_messages(selected, discarded))
-
-
-@admin.register(OutboxMessage)
-class OutboxMessageAdmin(ReadOnlyAdmin):
-    """Outbox rows waiting to be published (``pending``) or given up on (``failed``)."""
-
-    list_display = (
-        "id",
-        "task_name",
-        "task_id",
-        "status",
-        "attempts",
-        "available_at",
-        "created_at",
-        "short_error",
-    )
-    list_filter = ("status", "task_name")
-    search_fields = ("task_id",)
-    ordering = ("-id",)
-    actions = ("publish_now", "reset_failed")
-    list_deferred = ("payload", "options", "last_error")
-    list_heads = {"error_head": "last_error"}
-    readonly_fields = (
-        "task_name",
-        "task_id",
-        "status",
-        "available_at",
-        "attempts",
-        "error_block",
-        "locked_until",
-        "created_at",
-        "published_at",
-        "body_json",
-        "options_json",
-        "payload_block",
-    )
-    fieldsets = (
-        (
-            None,
-            {
-                "fields": (
-                    "task_name",
-                    "task_id",
-                    "status",
-                    "available_at",
-                    "created_at",
-                    "published_at",
-                )
-            },
-        ),
-        (_("Publishing"), {"fields": ("attempts", "error_block", "locked_until")}),
-        (_("Message"), {"fields": ("body_json", "options_json", "payload_block")}),
-    )
-
-    @admin.display(description=_("last error"))
-    def short_error(self, row: OutboxMessage) -> str:
-        """The last publish error's first line, shortened."""
-        return shorten(head(row, "error_head", "last_error"))
-
-    @admin.display(description=_("last error"))
-    def error_block(self, row: OutboxMessage) -> SafeString:
-        """The last publish error, escaped."""
-        return preformatted(row.last_error)
-
-    @admin.display(description=_("body (args, kwargs, embed)"))
-    def body_json(self, row: OutboxMessage) -> SafeString | str:
-        """The decoded JSON body, escaped; a note for other serializers."""
-        body = decoded_payload(row)
-        return "-" if body is None else pretty_json(body)
-
-    @admin.display(description=_("options"))
-    def options_json(self, row: OutboxMessage) -> SafeString:
-        """Headers, properties and routing as escaped, indented JSON."""
-        return pretty_json(row.options)
-
-    @admin.display(description=_("payload (as stored)"))
-    def payload_block(self, row: OutboxMessage) -> SafeString:
-        """The stored payload, escaped."""
-        return preformatted(row.payload)
-
-    def has_publish_permission(self, request: HttpRequest) -> bool:
-        """Whether the user may publish or reset outbox rows (their change permission)."""
-        return request.user.has_perm("django_outbox.change_outboxmessage")
-
-    @admin.action(description=_("Publish selected pending messages now"), permissions=["publish"])
-    def publish_now(self, request: HttpRequest, queryset: OutboxMessageQuerySet) -> None:
-        """Make the selected pending rows due now and publish them after commit."""
-        selected = queryset.count()
-        changed = admin_actions.publish_messages_now(queryset)
-        self.report(request, admin_actions.publish_now_messages(selected, changed))
-
-    @admin.action(description=_("Reset selected failed messages"), permissions=["publish"])
-    def reset_failed(self, request: HttpRequest, queryset: OutboxMessageQuerySet) -> None:
-        """Make the selected failed rows pending again with a fresh attempt budget."""
-        selected = queryset.count()
-        changed = admin_actions.reset_failed_messages(queryset)
-        self.report(request, admin_actions.reset_messages(selected, changed))

@@ -20,9 +20,9 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
 from django.utils.translation import gettext, ngettext
 
-from celery_outbox.clock import utcnow
 from celery_outbox.records import MessageStatus
 from celery_outbox.registry import relay_for, store_for
+from django_outbox.cancelling import CancelResult
 from django_outbox.celery_app import outbox_app
 from django_outbox.dead_letters import RequeueResult
 from django_outbox.models import OutboxMessageQuerySet
@@ -133,7 +133,7 @@ def publish_messages_now(
     store, alias = store_for(app), rows.db
     ids = list(rows.pending().values_list("id", flat=True))
     with transaction.atomic(using=alias):
-        changed = store.reset(ids, now=now or utcnow(), using=alias)
+        changed = store.reset(ids, now=now or store.now(using=alias), using=alias)
         if changed:
             store.on_commit(functools.partial(_publish, app, ids, using=alias), using=alias)
     return changed
@@ -154,7 +154,8 @@ def reset_failed_messages(
     """
     app = app or outbox_app()
     ids = list(rows.filter(status=MessageStatus.FAILED.value).values_list("id", flat=True))
-    return store_for(app).reset(ids, now=now or utcnow(), using=rows.db)
+    store = store_for(app)
+    return store.reset(ids, now=now or store.now(using=rows.db), using=rows.db)
 
 
 def publish_now_messages(selected: int, changed: int) -> list[UserMessage]:
@@ -205,3 +206,50 @@ def _skipped_rows(skipped: int, status: str) -> list[UserMessage]:
             % {"count": skipped, "status": status},
         )
     ]
+
+
+def cancel_report(result: CancelResult) -> list[UserMessage]:
+    """The report of a cancel: rows cancelled, those in flight and the revoke, skips."""
+    count = len(result.cancelled)
+    report: list[UserMessage] = [
+        (
+            messages.SUCCESS,
+            ngettext(
+                "%(count)d outbox message was cancelled: it will not be published.",
+                "%(count)d outbox messages were cancelled: they will not be published.",
+                count,
+            )
+            % {"count": count},
+        )
+    ]
+    if result.in_flight:
+        level = messages.ERROR if result.revoke_error else messages.WARNING
+        outcome = (
+            gettext("revoked")
+            if result.revoked
+            else result.revoke_error or gettext("revoked when the transaction commits")
+        )
+        report.append(
+            (
+                level,
+                ngettext(
+                    "%(count)d of them was being published; its task id is %(outcome)s.",
+                    "%(count)d of them were being published; their task ids are %(outcome)s.",
+                    len(result.in_flight),
+                )
+                % {"count": len(result.in_flight), "outcome": outcome},
+            )
+        )
+    if result.skipped:
+        report.append(
+            (
+                messages.WARNING,
+                ngettext(
+                    "%(count)d selected message was skipped: it is not pending.",
+                    "%(count)d selected messages were skipped: they are not pending.",
+                    result.skipped,
+                )
+                % {"count": result.skipped},
+            )
+        )
+    return report

@@ -9,7 +9,9 @@ abbreviates (``list_heads``). Detail pages load whole rows.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin
@@ -17,13 +19,23 @@ from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.db.models.functions import Left
 from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.text import Truncator
+from django.utils.translation import gettext as _
 
 from django_outbox.admin_actions import UserMessage
 
 #: Characters of a deferred text column a changelist loads to show its first line.
 HEAD_CHARS = 320
+#: Characters of a message or error shown in a changelist column (the rest on hover).
+SHORT_TEXT = 80
+#: A value longer than this many lines, or :data:`FOLD_CHARS` characters, is folded
+#: (``<details>``) on a row's page, its summary showing where it starts (or ends).
+FOLD_LINES = 12
+FOLD_CHARS = 2000
 
 
 class SlimChangeList(ChangeList):
@@ -79,3 +91,55 @@ def head(row: Any, attribute: str, column: str) -> str:
 def preformatted(text: str) -> SafeString:
     """``text`` in a ``<pre>``, escaped."""
     return format_html('<pre class="outbox-pre">{}</pre>', text)
+
+
+def folded(text: str, *, summary_from_end: bool = False) -> SafeString:
+    """``text`` escaped in a ``<pre>``; folded in a ``<details>`` when long, the summary
+    its first line (or, ``summary_from_end``, its last: a traceback's exception)."""
+    lines = text.strip().splitlines()
+    if len(lines) <= FOLD_LINES and len(text) <= FOLD_CHARS:
+        return preformatted(text)
+    shown = (lines[-1] if summary_from_end else lines[0]) if lines else ""
+    size = _("%(lines)d lines, %(chars)d characters") % {"lines": len(lines), "chars": len(text)}
+    return format_html(
+        '<details class="outbox-fold"><summary><code>{}</code> ({})</summary>{}</details>',
+        Truncator(shown).chars(SHORT_TEXT * 2),
+        size,
+        preformatted(text),
+    )
+
+
+def pretty_json(value: Any) -> SafeString:
+    """``value`` as indented JSON, escaped and folded when long."""
+    return folded(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=repr))
+
+
+def shorten(text: str) -> str:
+    """The first line of ``text``, cut to :data:`SHORT_TEXT` characters."""
+    first_line = text.strip().splitlines()[0] if text.strip() else ""
+    return Truncator(first_line).chars(SHORT_TEXT)
+
+
+def clipped(text: str, *, hover: str | None = None, narrow: bool = False) -> SafeString:
+    """The first line of ``text`` in at most two lines of a narrow column (cut by CSS), and
+    ``hover`` (default: the whole ``text`` as loaded) on hover, both escaped."""
+    return format_html(
+        '<span class="outbox-clip{}" title="{}">{}</span>',
+        " outbox-narrow" if narrow else "",
+        text if hover is None else hover,
+        shorten(text),
+    )
+
+
+def short_time(value: datetime | None) -> SafeString | str:
+    """``value`` in the current time zone as two unbreakable parts, ``2026-03-04`` and
+    ``05:06:07`` (two lines at most), the full value on hover; ``-`` for ``None``."""
+    if value is None:
+        return "-"
+    local = timezone.localtime(value)
+    return format_html(
+        '<span class="outbox-time" title="{}"><span>{}</span> <span>{}</span></span>',
+        local.isoformat(),
+        date_format(local, "Y-m-d"),
+        date_format(local, "H:i:s"),
+    )

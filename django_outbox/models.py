@@ -138,7 +138,8 @@ class OutboxMessage(models.Model):
 
     ``id`` is the row's own key, not the task id: a parked retry is a new row with the
     same ``task_id``. At most one ``pending`` row per ``task_id`` (a partial unique index
-    where the database has them; checked in code on MySQL/MariaDB).
+    where the database has them; on MySQL/MariaDB a unique index over the generated column
+    ``pending_task_id`` that migration 0008 adds, not a field of the model).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -176,6 +177,7 @@ class OutboxMessage(models.Model):
                 name="celery_outbox_pending_task_uniq",
             ),
         ]
+        permissions = [("cancel_outboxmessage", _("Can cancel pending outbox messages"))]
 
     def __str__(self) -> str:
         return f"{self.task_name}[{self.task_id}] ({self.status})"

@@ -39,7 +39,7 @@ from celery_outbox.workflows import WORKFLOW_STATUSES
 from django_outbox.bounded_counts import Count, HourCount, bounded_counts, hourly_series
 from django_outbox.models import DeadLetter, OutboxMessage, Workflow
 from django_outbox.store import DjangoOutboxStore
-from django_outbox.store.monitoring import database_now
+from django_outbox.store.clocks import database_now
 
 #: Rows a figure counts exactly at most (beyond: an estimate, said so).
 COUNT_CAP = 10_000

@@ -19,11 +19,11 @@ dispatches and its ``CompletedTask`` row commit together.
 
 from __future__ import annotations
 
+from celery_outbox.pending_key import PENDING_TASK_INDEX
 from celery_outbox.records import DELIVERY_TABLE
 from celery_outbox.sqlalchemy.completions import atomic_session
 from celery_outbox.sqlalchemy.store import SQLAlchemyOutboxStore
 from celery_outbox.sqlalchemy.tables import (
-    PENDING_TASK_INDEX,
     OutboxTables,
     chord_join_table,
     completed_table,

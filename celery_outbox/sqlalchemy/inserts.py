@@ -2,10 +2,12 @@
 
 ``INSERT ... ON CONFLICT (task_id) WHERE status = 'pending' DO NOTHING`` on PostgreSQL
 and SQLite, where the partial unique index decides atomically without aborting the
-caller's transaction; a check in code on MySQL/MariaDB (no partial indexes, documented
-as racy). A pending row that the core's rule supersedes
-(:mod:`celery_outbox.superseding`) is locked, deleted while still pending and replaced,
-in the same transaction.
+caller's transaction. On MySQL/MariaDB a plain ``INSERT``: the unique key over the
+generated ``pending_task_id`` (:mod:`celery_outbox.pending_key`) decides as atomically
+(after a ``SELECT`` that keeps tables created before the key idempotent but racy), and its
+duplicate-key error, which rolls back that statement only, means "already pending".
+A pending row that the core's rule supersedes (:mod:`celery_outbox.superseding`) is
+locked, deleted while still pending and replaced, in the same transaction.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 
+from celery_outbox.pending_key import is_pending_duplicate
 from celery_outbox.records import MessageStatus, StoredMessage
 from celery_outbox.rows import stored_message
 
@@ -59,14 +63,21 @@ def _insert_pending(conn: Connection, table: Table, values: Mapping[str, Any]) -
             _insert_unless_pending(table, dialect), dict(values)
         ).scalar_one_or_none()
         return found
-    # MySQL/MariaDB have no partial index: a check in code (documented as racy).
-    # A literal, not a parameter: PostgreSQL infers the partial index from the
-    # predicate, which a prepared (generic) plan would not know.
+    # MySQL/MariaDB: a pending row of this id, committed or this transaction's, is found
+    # first (a table created before the key had it checked only so); the unique key over
+    # the generated pending_task_id decides between concurrent transactions, and its
+    # duplicate-key error rolls back this statement only, never the caller's transaction.
+    # A literal, not a parameter, as in the statements of the other databases.
     pending = table.c.status == literal_column(f"'{PENDING}'")
     duplicate = select(table.c.id).where(table.c.task_id == values["task_id"], pending)
     if conn.execute(duplicate.limit(1)).first() is not None:
         return None
-    return inserted_id(conn.execute(insert(table).values(values)))
+    try:
+        return inserted_id(conn.execute(insert(table).values(values)))
+    except IntegrityError as error:
+        if is_pending_duplicate(error):
+            return None
+        raise
 
 
 @functools.lru_cache(maxsize=32)

@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, select, update
 
-from celery_outbox.clock import Clock
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter, NewMessage, StoredDeadLetter
 from celery_outbox.rows import letter_columns, message_columns, stored_letter
 from celery_outbox.sqlalchemy import inserts
@@ -29,7 +28,6 @@ class SQLAlchemyDeadLetters(OutboxStore):
     """The dead-letter half of :class:`~celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`."""
 
     tables: OutboxTables
-    clock: Clock
     #: The caller's transaction (``SQLAlchemyOutboxStore._caller_transaction``).
     _caller_transaction: Callable[[], AbstractContextManager[Connection]]
 
@@ -60,7 +58,7 @@ class SQLAlchemyDeadLetters(OutboxStore):
         workflow: str | None = None,
     ) -> tuple[str, int | None]:
         require_aware(now=now)
-        values = message_columns(message, created_at=self.clock())
+        values = message_columns(message, created_at=self.now(using=using))
         with store_errors("requeue a dead letter"), self._caller_transaction() as conn:
             task_id, row_id = requeue(conn, self.tables, letter_id, message=values, by=by, now=now)
             if row_id is not None and workflow is not None:

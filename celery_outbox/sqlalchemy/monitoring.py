@@ -1,7 +1,8 @@
 """The backlog and the sweep record on SQLAlchemy, on the database's clock.
 
 The clock is ``now()`` on PostgreSQL and ``UTC_TIMESTAMP(6)`` on MySQL/MariaDB; SQLite
-is a file on one host, so the store's clock is the database's. The sweep record is
+is a file on one host, so the store's clock is the database's. :meth:`~SQLAlchemyMonitoring.now`
+gives the same clock to the rest of the store and to the core. The sweep record is
 read first and written only when it is older than asked, with a compare-and-set
 ``UPDATE`` (or an insert that ignores a conflict for the first one): a skipped record
 writes and locks nothing, and concurrent sweepers never fail.
@@ -9,6 +10,7 @@ writes and locks nothing, and concurrent sweepers never fail.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,15 +32,21 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from celery_outbox.database_clock import DatabaseClock
+from celery_outbox.estimates import DUE_LATER, settled, status_is
 from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
 from celery_outbox.records import DeadLetterStatus, MessageStatus
 from celery_outbox.sqlalchemy.boundary import store_errors
+from celery_outbox.sqlalchemy.counting import bound_on, bounded_count, estimate
 from celery_outbox.sqlalchemy.tables import OutboxTables
 from celery_outbox.sqlalchemy.types import UTCDateTime
 from celery_outbox.storage import OutboxStore
 
 PENDING = MessageStatus.PENDING.value
+#: The dialects whose server has a clock of its own to read.
+_CLOCKED_DIALECTS = frozenset({"postgresql", "mysql", "mariadb"})
 FAILED = MessageStatus.FAILED.value
+_PENDING, _FAILED = status_is(PENDING), status_is(FAILED)
 
 
 class SQLAlchemyMonitoring(OutboxStore):
@@ -49,14 +57,40 @@ class SQLAlchemyMonitoring(OutboxStore):
     tables: OutboxTables
     clock: Callable[[], datetime]
 
-    def backlog(self, *, using: str | None = None) -> Backlog:
+    def now(self, *, using: str | None = None) -> datetime:
+        """The database's clock (:mod:`celery_outbox.database_clock`); on SQLite, a file
+        on this host with no clock of its own, the store's ``clock``."""
+        if self.engine.dialect.name not in _CLOCKED_DIALECTS:
+            return self.clock()
+        return self._database_clock()
+
+    @functools.cached_property
+    def _database_clock(self) -> DatabaseClock:
+        return DatabaseClock(self._read_clock)
+
+    def _read_clock(self) -> datetime:
+        with store_errors("read the database's clock"), self.engine.connect() as conn:
+            now: datetime = conn.execute(select(self._now(conn))).scalar_one()
+        return now
+
+    def backlog(self, *, using: str | None = None, bound: int | None = None) -> Backlog:
         table = self.tables.outbox
         with store_errors("read the outbox backlog"), self.engine.connect() as conn:
+            bound = bound_on(conn, bound)
             now_expr = self._now(conn)
-            later = _count(table, table.c.status == PENDING, table.c.available_at > now_expr)
-            gave_up = _count(table, table.c.status == FAILED)
-            now, parked, failed = conn.execute(select(now_expr, later, gave_up)).one()
-            due, since = conn.execute(_due_query(table), {"now": now}).one()
+            if bound is None:
+                later = _count(table, table.c.status == PENDING, table.c.available_at > now_expr)
+                gave_up = _count(table, table.c.status == FAILED)
+                now, parked, failed = conn.execute(select(now_expr, later, gave_up)).one()
+            else:
+                now = conn.execute(select(now_expr)).one()[0]
+                c = table.c
+                later_now = (c.status == PENDING, c.available_at > now)
+                parked = bounded_count(conn, table, bound, DUE_LATER, *later_now)
+                failed = bounded_count(conn, table, bound, _FAILED, c.status == FAILED)
+            due, since = conn.execute(_due_query(table, bound), {"now": now}).one()
+            if bound is not None:
+                due = settled(due, bound, lambda: estimate(conn, table, _PENDING) - parked)
         return Backlog(
             due=int(due),
             parked=int(parked),
@@ -64,13 +98,22 @@ class SQLAlchemyMonitoring(OutboxStore):
             oldest_due_age=None if since is None else now - since,
         )
 
-    def count_dead_letters(self, *, using: str | None = None) -> Mapping[DeadLetterStatus, int]:
+    def count_dead_letters(
+        self, *, using: str | None = None, bound: int | None = None
+    ) -> Mapping[DeadLetterStatus, int]:
         # One count per status, each a range of the (status, failed_at) index: a GROUP BY
         # over the whole table is planned as a sequential scan.
         table, statuses = self.tables.dead_letter, list(DeadLetterStatus)
-        query = select(*(_count(table, table.c.status == s.value) for s in statuses))
         with store_errors("count the dead letters"), self.engine.connect() as conn:
-            counts = conn.execute(query).one()
+            bound = bound_on(conn, bound)
+            if bound is None:
+                query = select(*(_count(table, table.c.status == s.value) for s in statuses))
+                counts = list(conn.execute(query).one())
+            else:
+                counts = [
+                    bounded_count(conn, table, bound, status_is(s.value), table.c.status == s.value)
+                    for s in statuses
+                ]
         return {status: int(n) for status, n in zip(statuses, counts, strict=True)}
 
     def keeps_sweeps(self) -> bool:
@@ -117,15 +160,19 @@ def _count(table: Table, *where: ColumnElement[bool]) -> Any:
     return select(func.count()).select_from(table).where(*where).scalar_subquery()
 
 
-def _due_query(table: Table) -> Any:
+def _due_query(table: Table, bound: int | None) -> Any:
     """How many pending rows are due at ``:now``, and since when the longest-waiting one
-    waits (its due time, or its creation once a publish failed)."""
+    waits (its due time, or its creation once a publish failed); with a ``bound``, of the
+    ``bound + 1`` rows due longest (along the due-row index)."""
     c = table.c
     now = bindparam("now", type_=UTCDateTime())
     since = case((c.attempts > 0, c.created_at), else_=c.available_at)
-    return select(func.count(), type_coerce(func.min(since), UTCDateTime())).where(
-        c.status == PENDING, c.available_at <= now
-    )
+    due = (c.status == PENDING, c.available_at <= now)
+    if bound is None:
+        return select(func.count(), type_coerce(func.min(since), UTCDateTime())).where(*due)
+    first = select(since.label("since")).where(*due).order_by(c.available_at).limit(bound + 1)
+    rows = first.subquery()
+    return select(func.count(), type_coerce(func.min(rows.c.since), UTCDateTime()))
 
 
 def _insert_absent(conn: Connection, table: Table, now: datetime) -> bool:

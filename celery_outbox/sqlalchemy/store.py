@@ -21,12 +21,17 @@ from celery_outbox.sqlalchemy.completions import SQLAlchemyCompletions
 from celery_outbox.sqlalchemy.letters import SQLAlchemyDeadLetters
 from celery_outbox.sqlalchemy.monitoring import SQLAlchemyMonitoring
 from celery_outbox.sqlalchemy.tables import OutboxTables, default_tables
+from celery_outbox.sqlalchemy.wakeups import SQLAlchemyWakeups
 from celery_outbox.sqlalchemy.workflows import SQLAlchemyWorkflows
 from celery_outbox.storage import PublishCallback, Supersedes
 
 
 class SQLAlchemyOutboxStore(
-    SQLAlchemyCompletions, SQLAlchemyDeadLetters, SQLAlchemyWorkflows, SQLAlchemyMonitoring
+    SQLAlchemyCompletions,
+    SQLAlchemyDeadLetters,
+    SQLAlchemyWorkflows,
+    SQLAlchemyMonitoring,
+    SQLAlchemyWakeups,
 ):
     """The outbox store for SQLAlchemy applications (Flask, FastAPI, scripts).
 
@@ -49,7 +54,9 @@ class SQLAlchemyOutboxStore(
         The tables, when you defined them on your own ``MetaData`` with
         :func:`~celery_outbox.sqlalchemy.define_tables`.
     clock
-        Gives ``created_at`` of new rows.
+        This host's clock, the database's on SQLite (a file on this host). On
+        PostgreSQL and MySQL/MariaDB every time is on the database server's clock
+        (:meth:`now`), whatever this host's clock says.
     """
 
     def __init__(
@@ -125,7 +132,7 @@ class SQLAlchemyOutboxStore(
         using: str | None = None,
         supersedes: Supersedes | None = None,
     ) -> int | None:
-        values = message_columns(message, created_at=self.clock())
+        values = message_columns(message, created_at=self.now(using=using))
         with store_errors("add an outbox row"), self._caller_transaction() as conn:
             return inserts.insert_pending(
                 conn, self.tables.outbox, values, supersedes=supersedes, replaced=self._doubt_rows

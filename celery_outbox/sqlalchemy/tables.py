@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sqlalchemy import Column, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import DDL, Column, Index, Integer, MetaData, String, Table, Text, event
 from sqlalchemy.dialects import mysql
 
+from celery_outbox.pending_key import PENDING_TASK_INDEX, mysql_add_pending_key
 from celery_outbox.records import (
     CHORD_JOIN_TABLE,
     COMPLETED_TABLE,
@@ -28,12 +29,14 @@ from celery_outbox.records import (
     MessageStatus,
 )
 from celery_outbox.sqlalchemy.types import BigIdType, JSONType, UTCDateTime
+from celery_outbox.wakeups import CREATE_TRIGGER
 
-#: Name of the partial unique index making ``task_id`` an idempotency key of pending rows.
-PENDING_TASK_INDEX = "celery_outbox_pending_task_uniq"
-
-#: Dialects with partial indexes; elsewhere (MySQL, MariaDB) the store checks in code.
+#: Dialects with partial indexes; on MySQL and MariaDB the same key is over a generated
+#: column (:mod:`celery_outbox.pending_key`), added when the table is created.
 PARTIAL_INDEX_DIALECTS = ("postgresql", "sqlite")
+
+#: Dialects getting the generated column ``pending_task_id`` and its unique key.
+GENERATED_KEY_DIALECTS = ("mysql", "mariadb")
 
 
 class OutboxTables(NamedTuple):
@@ -97,6 +100,13 @@ def _outbox_table(metadata: MetaData) -> Table:
         postgresql_where=pending,
         sqlite_where=pending,
     ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS)  # type: ignore[arg-type]  # a tuple is documented
+    # Not a Column of the Table: nothing reads or writes it, and the Django model has none.
+    add_key = DDL(mysql_add_pending_key("%(fullname)s"))  # type: ignore[no-untyped-call]
+    add_key = add_key.execute_if(dialect=GENERATED_KEY_DIALECTS)  # type: ignore[arg-type]
+    event.listen(table, "after_create", add_key)
+    for statement in CREATE_TRIGGER:  # the relay's NOTIFY (celery_outbox.wakeups)
+        ddl = DDL(statement).execute_if(dialect="postgresql")  # type: ignore[no-untyped-call]
+        event.listen(table, "after_create", ddl)
     return table
 
 

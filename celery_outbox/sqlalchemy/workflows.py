@@ -33,9 +33,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from celery_outbox.estimates import status_is
 from celery_outbox.join_parts import empty_parts, part_results, with_part
 from celery_outbox.sqlalchemy import last_writes
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
+from celery_outbox.sqlalchemy.counting import bound_on, bounded_count
 from celery_outbox.sqlalchemy.tables import OutboxTables
 from celery_outbox.storage import OutboxStore
 from celery_outbox.workflows import WORKFLOW_STATUSES, JoinProgress, StoredWorkflow, WorkflowStatus
@@ -90,17 +92,26 @@ class SQLAlchemyWorkflows(OutboxStore):
             found = conn.execute(query.where(table.c.root_id == root_id)).mappings().first()
         return None if found is None else StoredWorkflow(**found)
 
-    def count_workflows(self, *, using: str | None = None) -> Mapping[WorkflowStatus, int]:
+    def count_workflows(
+        self, *, using: str | None = None, bound: int | None = None
+    ) -> Mapping[WorkflowStatus, int]:
         # One count per status, each a range of the status index (read at every scrape):
         # a GROUP BY over the whole table is planned as a sequential scan.
         table = self.tables.workflow
-        counts_of = [
-            select(func.count()).select_from(table).where(table.c.status == status)
-            for status in WORKFLOW_STATUSES
-        ]
-        query = select(*(count.scalar_subquery() for count in counts_of))
         with store_errors("count workflows"), self.engine.connect() as conn:
-            counts = conn.execute(query).one()
+            bound = bound_on(conn, bound)
+            if bound is None:
+                counts_of = [
+                    select(func.count()).select_from(table).where(table.c.status == status)
+                    for status in WORKFLOW_STATUSES
+                ]
+                query = select(*(count.scalar_subquery() for count in counts_of))
+                counts = list(conn.execute(query).one())
+            else:
+                counts = [
+                    bounded_count(conn, table, bound, status_is(s), table.c.status == s)
+                    for s in WORKFLOW_STATUSES
+                ]
         return {status: int(n) for status, n in zip(WORKFLOW_STATUSES, counts, strict=True)}
 
     def open_join(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -12,6 +13,7 @@ from celery import Task
 
 from celery_outbox import tracing
 from celery_outbox._compat import delivered_headers
+from celery_outbox.dead_letters import ROUTING_KEYS
 from celery_outbox.exceptions import OutboxConfigError
 
 #: Message header carrying the time of a task's first failure across its retries.
@@ -23,6 +25,9 @@ USING_HEADER = "outbox_using"
 #: Message header of a chord header step whose join is counted in the database (the
 #: chord's group id: :mod:`celery_outbox.workflow_dispatch`, :mod:`.steps`).
 JOIN_HEADER = "outbox_join"
+#: Message header of a retry sent to a retry queue: where the task came from (JSON of
+#: :meth:`Attempt.routing`), so its dead letter is requeued there, not to the retries.
+HOME_HEADER = "outbox_home"
 #: ``apply_async`` options of the request that a message sent again sets anew.
 _RESENT_ANEW = ("task_id", "eta", "countdown", "retries")
 
@@ -37,6 +42,8 @@ class Attempt:
     database alias the task was dispatched with, ``None`` for the store's default.
     ``trace`` is the trace context the message was delivered with (its headers, empty
     without OpenTelemetry or a traced dispatch: :mod:`celery_outbox.tracing`).
+    ``home`` is where the task came from when this delivery is a retry on a retry queue
+    (``None``: it came from where it was delivered from).
     """
 
     task_name: str
@@ -50,6 +57,7 @@ class Attempt:
     options: Mapping[str, Any] = field(default_factory=dict)
     using: str | None = None
     trace: Mapping[str, str] = field(default_factory=dict)
+    home: Mapping[str, Any] | None = None
 
     @property
     def redelivered(self) -> bool:
@@ -57,7 +65,10 @@ class Attempt:
         return bool(self.delivery_info.get("redelivered"))
 
     def routing(self) -> dict[str, Any]:
-        """Where the message was delivered from, as a dead letter keeps it for a requeue."""
+        """Where the task came from (before any retry queue), as a dead letter keeps it
+        for a requeue."""
+        if self.home is not None:
+            return dict(self.home)
         info = self.delivery_info
         anonymous = info.get("exchange") in ("", None)
         return {
@@ -134,11 +145,23 @@ def attempt_from_request(task: Task[Any, Any], request: Any) -> Attempt:
         options=options,
         using=_text(getattr(request, USING_HEADER, None)),
         trace=delivered_headers(request, tracing.fields()),
+        home=_home(getattr(request, HOME_HEADER, None)),
     )
 
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def _home(value: Any) -> dict[str, Any] | None:
+    """The routing in a :data:`HOME_HEADER`; ``None`` for one this library did not write."""
+    try:
+        home = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    if not isinstance(home, dict) or set(home) != set(ROUTING_KEYS):
+        return None
+    return home
 
 
 def _first_failed_at(value: Any) -> datetime | None:

@@ -123,6 +123,20 @@ def write_redelivery_dead_letter(
     return error
 
 
+def write_unreadable_limit_dead_letter(
+    task: Task[Any, Any], attempt: Attempt, bad: OutboxConfigError, *, now: datetime
+) -> OutboxConfigError:
+    """Dead-letter a redelivered message whose ``outbox_max_deliveries`` cannot be read
+    (a setting changed to a bad value while the worker runs); the error to raise."""
+    error = OutboxConfigError(
+        f"{bad} {task.name}[{attempt.task_id}] was redelivered and its delivery limit "
+        "cannot be read; dead-lettered without running it (requeue it once the setting "
+        "is fixed)."
+    )
+    write_dead_letter(task, attempt, error, outcome=Outcome.BAD_OPTIONS, now=now)
+    return error
+
+
 def _letter_options(attempt: Attempt) -> dict[str, Any]:
     """Where the message came from, and, for a workflow step, its place in the canvas
     (``canvas``: a requeue resumes the workflow from there); the trace of the failed

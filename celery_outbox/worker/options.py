@@ -23,6 +23,7 @@ from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import OutboxConfigError
+from celery_outbox.rules import QueueName
 
 #: Shortest duration an option takes, in seconds (a shorter wait is a hot retry loop).
 MIN_SECONDS = 0.001
@@ -41,6 +42,8 @@ class RetryOptions:
 
     ``fixed_delay`` is set when ``retry_backoff`` is off (Celery's ``False``): every
     retry then waits exactly that long instead of on ``policy``'s windows.
+    ``retry_queue`` is the task's own queue for its retries (``None``: the setting
+    ``outbox_retry_queue`` decides).
     """
 
     autoretry_for: tuple[type[BaseException], ...]
@@ -50,6 +53,7 @@ class RetryOptions:
     jitter: bool = True
     fixed_delay: timedelta | None = None
     max_elapsed: timedelta | None = None
+    retry_queue: str | None = None
 
 
 class _Reader:
@@ -94,6 +98,13 @@ class _Reader:
         self.refuse(option, value, "True or False")
         return True
 
+    def queue(self, option: str, value: Any) -> str | None:
+        rule = QueueName()
+        if rule.accepts(value):
+            return value  # type: ignore[no-any-return]
+        self.refuse(option, value, rule.accepted)
+        return None
+
     def attr(self, name: str, default: Any = None) -> Any:
         return getattr(self.task, name, default)
 
@@ -113,7 +124,7 @@ def options_from_task(task: Task[Any, Any]) -> RetryOptions:
     ``False`` (or ``0``/``None``) means no backoff: each retry waits ``countdown`` from
     ``retry_kwargs``, else ``default_retry_delay``, as in Celery. ``retry_jitter=False``
     waits the top of each window. ``retry_kwargs`` may hold ``max_retries`` and
-    ``countdown``.
+    ``countdown``. ``retry_queue`` is ``None`` or a queue name.
 
     Raises
     ------
@@ -136,6 +147,7 @@ def options_from_task(task: Task[Any, Any]) -> RetryOptions:
         jitter=read.flag("retry_jitter", read.attr("retry_jitter", True)),
         fixed_delay=_fixed_delay(read, retry_kwargs),
         max_elapsed=_max_elapsed(read),
+        retry_queue=read.queue("retry_queue", read.attr("retry_queue")),
     )
     read.fail_if_any()
     return options

@@ -51,6 +51,7 @@ def after_failure(
     """
     now: datetime = utcnow()
     try:
+        config = OutboxConfig.from_celery(task.app)
         options, delay = with_retry_arguments(
             options_from_task(task), countdown=countdown, eta=eta, max_retries=max_retries
         )
@@ -63,7 +64,7 @@ def after_failure(
             rng=rng,
             countdown=delay,
             explicit=explicit,
-            park_after=OutboxConfig.from_celery(task.app).park_after,
+            park_after=config.park_after,
         )
         if decision.outcome is Outcome.RETRY and decision.delay is not None:
             return schedule_retry(
@@ -74,6 +75,7 @@ def after_failure(
                 park=decision.park,
                 now=now,
                 overrides=overrides,
+                queue=options.retry_queue or config.retry_queue,
             )
     except (OutboxConfigError, PayloadError, ScheduleError) as bad:
         # Found only now (the next message cannot be built, too): dead-letter, never drop.

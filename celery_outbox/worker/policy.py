@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from celery_outbox.exceptions import OutboxRetry
+from celery_outbox.exceptions import ArgumentsMismatch, OutboxRetry
 from celery_outbox.worker.attempt import Attempt
 from celery_outbox.worker.options import RetryOptions
 
@@ -52,10 +52,11 @@ def decide(
 
     ``explicit`` (``self.retry()`` or :class:`OutboxRetry`) retries whatever the type of
     ``exc``; ``countdown`` replaces the window, a negative one meaning now, as in Celery.
-    A wait longer than ``park_after`` is parked.
+    A wait longer than ``park_after`` is parked. Arguments that do not fit the task
+    (:class:`ArgumentsMismatch`) are never retried: they would fail the same way.
     """
     explicit = explicit or isinstance(exc, OutboxRetry)
-    if isinstance(exc, options.dont_autoretry_for) or not (
+    if isinstance(exc, (ArgumentsMismatch, *options.dont_autoretry_for)) or not (
         explicit or isinstance(exc, options.autoretry_for)
     ):
         return RetryDecision(outcome=Outcome.NOT_RETRYABLE)

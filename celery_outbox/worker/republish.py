@@ -8,6 +8,7 @@ a message is put back after a backoff (:func:`requeue_later`).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
@@ -23,9 +24,19 @@ from celery_outbox.envelope import build_message
 from celery_outbox.records import NewMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.signals import task_retry_scheduled
-from celery_outbox.worker.attempt import FIRST_FAILED_HEADER, REQUEUES_HEADER, Attempt
+from celery_outbox.worker.attempt import (
+    FIRST_FAILED_HEADER,
+    HOME_HEADER,
+    REQUEUES_HEADER,
+    Attempt,
+)
 
 logger = logging.getLogger(__name__)
+
+#: The header of a retry message (and parked row) saying which error caused the retry.
+RETRY_REASON_HEADER = "outbox_retry_reason"
+#: Longest :func:`retry_reason` kept in a header.
+RETRY_REASON_CHARS = 300
 
 #: Windows between puts-back of a message while the store is unreachable (1 s ... 1 min).
 STORE_BACKOFF = BackoffPolicy(base=timedelta(seconds=1), cap=timedelta(seconds=60))
@@ -40,12 +51,14 @@ def schedule_retry(
     park: bool,
     now: datetime,
     overrides: Mapping[str, Any] | None = None,
+    queue: str | None = None,
 ) -> Retry:
     """Send the next attempt of the failed ``attempt`` in ``delay``; return the ``Retry``
     to raise. ``park`` keeps it as an outbox row rather than a broker ETA.
 
     ``attempt`` carries the arguments of the next attempt, ``overrides`` its extra
-    ``apply_async`` options (``retry(**options)``).
+    ``apply_async`` options (``retry(**options)``). ``queue`` is the retry queue
+    (``None``: where the task came from); a ``queue`` among ``overrides`` wins over it.
 
     Raises
     ------
@@ -54,16 +67,22 @@ def schedule_retry(
     """
     eta = now + delay
     first_failed = attempt.first_failed_at or now
+    headers: dict[str, Any] = {
+        FIRST_FAILED_HEADER: first_failed.isoformat(),
+        RETRY_REASON_HEADER: retry_reason(exc),
+    }
+    overrides = dict(overrides or {})
+    if queue and not overrides.get("queue"):
+        overrides["queue"] = queue
+        # The task's own queue, for a requeue of its dead letter.
+        headers[HOME_HEADER] = json.dumps(attempt.routing())
     options = attempt.resend_options(
-        eta=eta,
-        retries=attempt.retries + 1,
-        headers={FIRST_FAILED_HEADER: first_failed.isoformat()},
-        overrides=overrides,
+        eta=eta, retries=attempt.retries + 1, headers=headers, overrides=overrides
     )
     message = _message(task, attempt, options, now=now)
     if not park and _publish_eta(task, attempt, message):
         return _scheduled(task, attempt, exc, eta=eta, path="eta")
-    if _park(task, attempt, replace(message, available_at=eta)):
+    if _park(task, attempt, message, delay=delay):
         return _scheduled(task, attempt, exc, eta=eta, path="parked")
     # A pending row with this task id still exists: the row this attempt was published
     # from, not yet removed by its publisher. Ride on an ETA rather than drop the retry.
@@ -73,6 +92,14 @@ def schedule_retry(
         f"retry of {task.name}[{attempt.task_id}] could be neither published nor parked",
         requeue=True,
     )
+
+
+def retry_reason(exc: BaseException) -> str:
+    """``module.Type: first line of the message``, cut to :data:`RETRY_REASON_CHARS`
+    (what the admin shows as the reason a retry is parked)."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    return (f"{text}: {lines[0]}" if lines else text)[:RETRY_REASON_CHARS]
 
 
 def _scheduled(
@@ -97,6 +124,8 @@ def requeue_later(task: Task[Any, Any], attempt: Attempt, cause: Exception) -> N
     headers: dict[str, Any] = {REQUEUES_HEADER: attempt.requeues + 1}
     if attempt.first_failed_at is not None:
         headers[FIRST_FAILED_HEADER] = attempt.first_failed_at.isoformat()
+    if attempt.home is not None:  # put back on the retry queue: keep the task's own routing
+        headers[HOME_HEADER] = json.dumps(dict(attempt.home))
     options = attempt.resend_options(eta=eta, retries=attempt.retries, headers=headers)
     if _publish_eta(task, attempt, _message(task, attempt, options, now=now)):
         logger.warning(
@@ -142,11 +171,14 @@ def _publish_eta(task: Task[Any, Any], attempt: Attempt, message: NewMessage) ->
     return True
 
 
-def _park(task: Task[Any, Any], attempt: Attempt, message: NewMessage) -> bool:
-    """Write the retry as a parked row; ``False`` when a pending row already has its task
-    id, or the store failed (logged)."""
+def _park(task: Task[Any, Any], attempt: Attempt, message: NewMessage, *, delay: timedelta) -> bool:
+    """Write the retry as a row parked for ``delay`` on the database's clock (not this
+    worker's: a worker whose clock is off runs no retry early); ``False`` when a pending
+    row already has its task id, or the store failed (logged)."""
     try:
-        return store_for(task.app).add(message) is not None
+        store = store_for(task.app)
+        parked = replace(message, available_at=store.now() + delay)
+        return store.add(parked) is not None
     except Exception:
         logger.exception("celery-outbox: could not park retry %s[%s]", task.name, attempt.task_id)
         return False

@@ -20,11 +20,14 @@ from celery.exceptions import Ignore, Reject, Retry
 
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.exceptions import StoreError
+from celery_outbox.exceptions import OutboxConfigError, StoreError
 from celery_outbox.registry import store_for
 from celery_outbox.storage import OutboxStore
 from celery_outbox.worker.attempt import Attempt
-from celery_outbox.worker.letters import write_redelivery_dead_letter
+from celery_outbox.worker.letters import (
+    write_redelivery_dead_letter,
+    write_unreadable_limit_dead_letter,
+)
 from celery_outbox.worker.outcomes import after_failure
 from celery_outbox.worker.policy import too_many_deliveries
 from celery_outbox.worker.republish import requeue_later
@@ -172,7 +175,12 @@ def _run_redelivered(
     # A redelivered message may be one that keeps killing its worker: count it,
     # and past outbox_max_deliveries dead-letter it without running it again.
     attempt, app, now = run.attempt, task.app, utcnow()
-    store, limit = store_for(app), OutboxConfig.from_celery(app).max_deliveries
+    store = store_for(app)
+    try:
+        limit = OutboxConfig.from_celery(app).max_deliveries
+    except OutboxConfigError as bad:  # settings changed (and re-read) while running
+        run.handled = True
+        raise write_unreadable_limit_dead_letter(task, attempt, bad, now=now) from None
     try:
         deliveries = store.record_delivery(attempt.task_id, now=now)
     except StoreError as store_exc:

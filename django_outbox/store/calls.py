@@ -22,8 +22,25 @@ _RUNNING: ContextVar[str | None] = ContextVar("django_outbox_atomic_alias", defa
 
 
 def alias_of(using: str | None) -> str:
-    """``using``, else the running atomic task's alias, else ``"default"``."""
-    return using or _RUNNING.get() or DEFAULT_DB_ALIAS
+    """``using``, else the running atomic task's alias, else ``"default"``.
+
+    Raises
+    ------
+    StoreError
+        The alias is not in ``DATABASES`` (say, removed from settings while
+        ``DJANGO_OUTBOX_DATABASES`` still lists it): an error naming it, not Django's
+        ``ConnectionDoesNotExist``, so a sweep of several databases goes on with the others.
+    """
+    alias = using or _RUNNING.get() or DEFAULT_DB_ALIAS
+    if alias not in connections.settings:
+        raise StoreError(
+            f"celery-outbox: database alias {alias!r} is not in DATABASES (its aliases: "
+            f"{', '.join(map(repr, connections.settings))}). If it was removed while "
+            "DJANGO_OUTBOX_DATABASES still lists it, its outbox rows wait in that database "
+            "until the alias is restored; remove it from DJANGO_OUTBOX_DATABASES once they "
+            "are published."
+        )
+    return alias
 
 
 @contextlib.contextmanager

@@ -11,72 +11,98 @@ nothing and concurrent sweepers never fail.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
-from typing import cast
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Case, Count, F, Min, When
 
-from celery_outbox.clock import utcnow
+from celery_outbox.estimates import DUE_LATER, settled, status_is
 from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
-from celery_outbox.records import DeadLetterStatus, MessageStatus
+from celery_outbox.records import OUTBOX_TABLE, DeadLetterStatus, MessageStatus
 from celery_outbox.storage import OutboxStore
 from django_outbox.models import DeadLetter, SweepRecord
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
+from django_outbox.store.clocks import clock_of, database_now
+from django_outbox.store.counting import bound_on, bounded_count, estimate
 from django_outbox.store.orm import messages
 
 #: When a due row started waiting: its due time, or its creation once a publish failed.
 _WAITING_SINCE = Case(When(attempts__gt=0, then=F("created_at")), default=F("available_at"))
-#: How each vendor reads its clock (others: this process's clock).
-_NOW_SQL = {"postgresql": "SELECT statement_timestamp()", "mysql": "SELECT UTC_TIMESTAMP(6)"}
+FAILED = MessageStatus.FAILED.value
+_PENDING, _FAILED = status_is(MessageStatus.PENDING.value), status_is(FAILED)
 
 
-def database_now(alias: str) -> datetime:
-    """The current time of database ``alias``, aware UTC."""
-    connection = connections[alias]
-    query = _NOW_SQL.get(connection.vendor)
-    if query is None:
-        return utcnow()
-    with connection.cursor() as cursor:
-        cursor.execute(query)
-        now = cast(datetime, cursor.fetchone()[0])
-    return now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc)
+#: The due rows' count and longest wait, of the ``%s`` rows due longest (PostgreSQL).
+_BOUNDED_DUE = f"""
+    SELECT count(*), min(since) FROM (
+        SELECT CASE WHEN attempts > 0 THEN created_at ELSE available_at END AS since
+        FROM {OUTBOX_TABLE} WHERE status = %s AND available_at <= %s
+        ORDER BY available_at LIMIT %s
+    ) AS due
+"""
+
+
+def _due(alias: str, now: datetime, bound: int | None) -> dict[str, Any]:
+    """The due rows' ``count`` and the start of the longest wait, ``since`` (``None``
+    without due rows); with a ``bound``, of the ``bound + 1`` rows due longest, read
+    along the due-row index."""
+    if bound is None:
+        due = messages(alias).pending().filter(available_at__lte=now)
+        found: dict[str, Any] = due.aggregate(count=Count("id"), since=Min(_WAITING_SINCE))
+        return found
+    with connections[alias].cursor() as cursor:
+        cursor.execute(_BOUNDED_DUE, [MessageStatus.PENDING.value, now, bound + 1])
+        count, since = cursor.fetchone()
+    return {"count": count, "since": since}
 
 
 class DjangoMonitoring(OutboxStore):
     """The monitoring half of :class:`~django_outbox.store.DjangoOutboxStore`."""
 
-    def backlog(self, *, using: str | None = None) -> Backlog:
-        """Four short reads: the clock, the parked, the failed and the due rows."""
+    def now(self, *, using: str | None = None) -> datetime:
+        """The clock of database ``using`` (:mod:`django_outbox.store.clocks`)."""
+        alias = alias_of(using)
+        with store_errors("read the database's clock"):
+            return clock_of(alias)()
+
+    def backlog(self, *, using: str | None = None, bound: int | None = None) -> Backlog:
+        """Four short reads: the clock, the parked, the failed and the due rows (a count
+        above ``bound`` is PostgreSQL's estimate: :mod:`celery_outbox.estimates`)."""
         alias = alias_of(using)
         refresh_connection(alias)
+        bound = bound_on(alias, bound)
         with store_errors("read the outbox backlog"):
             now = database_now(alias)
             pending = messages(alias).pending()
-            parked = pending.filter(available_at__gt=now).count()
-            failed = messages(alias).filter(status=MessageStatus.FAILED.value).count()
-            waiting_since = Case(
-                When(attempts__gt=0, then=F("created_at")), default=F("available_at")
-            )
-            due = pending.filter(available_at__lte=now).aggregate(
-                count=Count("id"), since=Min(waiting_since)
+            parked = bounded_count(pending.filter(available_at__gt=now), bound, DUE_LATER)
+            failed = bounded_count(messages(alias).filter(status=FAILED), bound, _FAILED)
+            due = _due(alias, now, bound)
+            count = settled(
+                due["count"], bound, lambda: estimate(alias, OUTBOX_TABLE, _PENDING) - parked
             )
         since: datetime | None = due["since"]
         return Backlog(
-            due=due["count"],
+            due=count,
             parked=parked,
             failed=failed,
             oldest_due_age=None if since is None else now - since,
         )
 
-    def count_dead_letters(self, *, using: str | None = None) -> Mapping[DeadLetterStatus, int]:
+    def count_dead_letters(
+        self, *, using: str | None = None, bound: int | None = None
+    ) -> Mapping[DeadLetterStatus, int]:
         """One count per status, each a range of the ``status, failed_at`` index (a
         ``GROUP BY`` over the whole table is planned as a sequential scan)."""
         alias = alias_of(using)
         refresh_connection(alias)
+        bound = bound_on(alias, bound)
         letters = DeadLetter.objects.using(alias)
         with store_errors("count the dead letters"):
-            return {s: letters.filter(status=s.value).count() for s in DeadLetterStatus}
+            return {
+                s: bounded_count(letters.filter(status=s.value), bound, status_is(s.value))
+                for s in DeadLetterStatus
+            }
 
     def keeps_sweeps(self) -> bool:
         """Always: the ``celery_outbox_sweep`` table records the last sweep."""

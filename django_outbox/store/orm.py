@@ -25,6 +25,7 @@ from celery_outbox.storage import Supersedes, within_budget
 from django_outbox._compat import raw_delete
 from django_outbox.models import OutboxMessage, OutboxMessageQuerySet
 from django_outbox.store import rows as convert
+from django_outbox.store.clocks import clock_of
 
 _PENDING, _FAILED = MessageStatus.PENDING.value, MessageStatus.FAILED.value
 _M = TypeVar("_M", bound=models.Model)
@@ -52,13 +53,13 @@ class OrmStrategy:
     def insert(self, message: NewMessage, *, alias: str) -> int | None:
         """Insert ``message``; its row id, or ``None`` when its task id is already pending.
 
-        A ``SELECT`` comes first (no partial unique index on MySQL/MariaDB): two
-        concurrent transactions dispatching the same explicit task id may then both
-        insert a row (documented).
+        A ``SELECT`` comes first: on a database with neither a partial unique index nor a
+        strategy of its own, two concurrent transactions dispatching the same explicit
+        task id may then both insert a row (documented).
         """
         if messages(alias).pending().filter(task_id=message.task_id).exists():
             return None
-        row = convert.new_message(message)
+        row = convert.new_message(message, created_at=clock_of(alias)())
         row.save(using=alias, force_insert=True)
         return int(row.pk)
 

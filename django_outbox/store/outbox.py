@@ -34,10 +34,11 @@ from django_outbox.store.completions import DjangoCompletions
 from django_outbox.store.monitoring import DjangoMonitoring
 from django_outbox.store.orm import messages
 from django_outbox.store.vendors import strategy_for
+from django_outbox.store.wakeups import DjangoWakeups
 from django_outbox.store.workflows import DjangoWorkflows
 
 
-class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring):
+class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring, DjangoWakeups):
     """The ORM store ``django_outbox`` installs as the default store in ``ready()``."""
 
     # -- dispatch -----------------------------------------------------------------------

@@ -16,7 +16,6 @@ from typing import Any
 from django.db.models import Field
 
 from celery_outbox import rows as core
-from celery_outbox.clock import utcnow
 from celery_outbox.records import (
     NewDeadLetter,
     NewMessage,
@@ -43,9 +42,9 @@ NEW_MESSAGE_FIELDS = (
 _DATETIMES = frozenset({"available_at", "locked_until", "created_at"})
 
 
-def new_message(message: NewMessage) -> OutboxMessage:
-    """An unsaved ``pending`` row for ``message``."""
-    return OutboxMessage(**core.message_columns(message, created_at=utcnow()))
+def new_message(message: NewMessage, *, created_at: datetime) -> OutboxMessage:
+    """An unsaved ``pending`` row for ``message`` (``created_at``: the database's clock)."""
+    return OutboxMessage(**core.message_columns(message, created_at=created_at))
 
 
 def stored_message(row: OutboxMessage, *, locked_until: datetime | None = None) -> StoredMessage:
@@ -65,13 +64,13 @@ def new_message_columns() -> tuple[str, ...]:
     return tuple(str(by_name[name].column) for name in NEW_MESSAGE_FIELDS)
 
 
-def new_message_params(message: NewMessage, connection: Any) -> list[Any]:
+def new_message_params(message: NewMessage, connection: Any, *, created_at: datetime) -> list[Any]:
     """The values of :data:`NEW_MESSAGE_FIELDS` for a raw ``INSERT`` on ``connection``.
 
     The hot path of every dispatch: no model instance and no per-field preparation
     (both cost more than the INSERT's round trip); the values are adapted directly.
     """
-    values = core.message_columns(message, created_at=utcnow())
+    values = core.message_columns(message, created_at=created_at)
     # JSON text: both databases read it into the column.
     values["options"] = json.dumps(values["options"])
     when = connection.ops.adapt_datetimefield_value

@@ -24,6 +24,13 @@ PostgreSQL and SQLite 3.35+
     unlike catching an ``IntegrityError`` it never aborts the caller's PostgreSQL
     transaction.
 
+MySQL/MariaDB
+    :func:`insert_pending` inserts a row with a plain ``INSERT``; the unique key over the
+    generated ``pending_task_id`` (:mod:`celery_outbox.pending_key`, migration 0008)
+    decides as the partial index does elsewhere: a concurrent transaction writing the same
+    pending task id makes it wait, and its duplicate-key error (which rolls back that
+    statement only, never the caller's transaction) means "already pending".
+
 PostgreSQL, SQLite and MySQL/MariaDB
     :func:`insert_completion` inserts an atomic task's ``CompletedTask`` row unless its
     task id has one: ``INSERT ... ON CONFLICT (task_id) DO NOTHING`` (PostgreSQL,
@@ -43,8 +50,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 
+from celery_outbox.pending_key import is_pending_duplicate
 from celery_outbox.records import (
     COMPLETED_TABLE,
     OUTBOX_TABLE,
@@ -54,6 +62,7 @@ from celery_outbox.records import (
 )
 from django_outbox.models import OutboxMessage
 from django_outbox.store import rows as convert
+from django_outbox.store.clocks import clock_of
 
 _CLAIM = (
     "WITH claim AS ("
@@ -91,6 +100,8 @@ _ASYNC_COMMIT = " AND (SELECT set_config('synchronous_commit', 'off', true)) IS 
 
 #: The upsert statement per database vendor (quoting is the vendor's).
 _UPSERT: dict[str, str] = {}
+#: The plain insert of a pending row (MySQL/MariaDB), built once.
+_INSERT: dict[str, str] = {}
 
 _COMPLETION = (
     f"{COMPLETED_TABLE} (task_id, task_name, completed_at, result, root_id) "
@@ -180,7 +191,7 @@ def upsert(message: NewMessage, *, alias: str) -> int | None:
     """PostgreSQL, SQLite 3.35+: insert ``message``; its row id, or ``None`` when its task
     id is already pending."""
     connection = connections[alias]
-    params = convert.new_message_params(message, connection)
+    params = convert.new_message_params(message, connection, created_at=clock_of(alias)())
     # Like the ORM: a failed statement marks the caller's atomic block for rollback.
     with transaction.mark_for_rollback_on_error(using=alias), connection.cursor() as cursor:
         cursor.execute(_upsert_sql(connection), params)
@@ -188,20 +199,46 @@ def upsert(message: NewMessage, *, alias: str) -> int | None:
     return None if returned is None else int(returned[0])
 
 
+def _insert_sql(connection: Any) -> str:
+    sql = _INSERT.get(connection.vendor)
+    if sql is None:
+        quote = connection.ops.quote_name
+        columns = convert.new_message_columns()
+        sql = _INSERT[connection.vendor] = (
+            f"INSERT INTO {quote(OutboxMessage._meta.db_table)} "
+            f"({', '.join(quote(column) for column in columns)}) "
+            f"VALUES ({', '.join(['%s'] * len(columns))})"
+        )
+    return sql
+
+
 def _upsert_sql(connection: Any) -> str:
     sql = _UPSERT.get(connection.vendor)
     if sql is None:
         quote = connection.ops.quote_name
-        columns = convert.new_message_columns()
         # The predicate is a literal: PostgreSQL infers the partial index at parse time.
         sql = _UPSERT[connection.vendor] = (
-            f"INSERT INTO {quote(OutboxMessage._meta.db_table)} "
-            f"({', '.join(quote(column) for column in columns)}) "
-            f"VALUES ({', '.join(['%s'] * len(columns))}) "
+            f"{_insert_sql(connection)} "
             f"ON CONFLICT ({quote('task_id')}) WHERE {quote('status')} = "
             f"'{MessageStatus.PENDING.value}' DO NOTHING RETURNING {quote('id')}"
         )
     return sql
+
+
+def insert_pending(message: NewMessage, *, alias: str) -> int | None:
+    """MySQL/MariaDB: insert ``message``; its row id, or ``None`` when its task id is
+    already pending (the unique key over ``pending_task_id`` refused it)."""
+    connection = connections[alias]
+    params = convert.new_message_params(message, connection, created_at=clock_of(alias)())
+    # Like the ORM, any other failure marks the caller's atomic block for rollback.
+    with transaction.mark_for_rollback_on_error(using=alias), connection.cursor() as cursor:
+        try:
+            cursor.execute(_insert_sql(connection), params)
+        except IntegrityError as error:
+            if not is_pending_duplicate(error):
+                raise
+            return None  # only this statement was rolled back: the transaction goes on
+        return int(cursor.lastrowid)
 
 
 def insert_completion(

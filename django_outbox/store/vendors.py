@@ -6,7 +6,8 @@ vendor             strategy
 PostgreSQL         :class:`PostgreSQLStrategy`: upsert, one-statement claims outside a
                    transaction, lease checks and deletes by arrays (:mod:`.sql`)
 SQLite             :class:`SQLiteStrategy`: upsert (3.35+), the ORM for the rest
-MySQL / MariaDB    :class:`~django_outbox.store.orm.OrmStrategy` (no partial index, no
+MySQL / MariaDB    :class:`MySQLStrategy`: a plain insert checked by the unique key over
+                   the generated ``pending_task_id``; the ORM for the rest (no
                    ``RETURNING``: the ORM path is written for them)
 any other          :class:`~django_outbox.store.orm.OrmStrategy`
 =================  ========================================================================
@@ -32,6 +33,15 @@ class SQLiteStrategy(OrmStrategy):
     def insert(self, message: NewMessage, *, alias: str) -> int | None:
         """Insert ``message`` unless its task id is already pending (one statement)."""
         return sql.upsert(message, alias=alias)
+
+
+class MySQLStrategy(OrmStrategy):
+    """MySQL/MariaDB: one ``INSERT`` per dispatch, refused by the key over pending task ids
+    (:mod:`celery_outbox.pending_key`) when its task id is already pending."""
+
+    def insert(self, message: NewMessage, *, alias: str) -> int | None:
+        """Insert ``message`` unless its task id is already pending (one statement)."""
+        return sql.insert_pending(message, alias=alias)
 
 
 class PostgreSQLStrategy(OrmStrategy):
@@ -132,4 +142,6 @@ def _choose(alias: str) -> OrmStrategy:
         return PostgreSQLStrategy()
     if connection.vendor == "sqlite" and connection.features.can_return_columns_from_insert:
         return SQLiteStrategy()
+    if connection.vendor == "mysql":
+        return MySQLStrategy()
     return OrmStrategy()

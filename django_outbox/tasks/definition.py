@@ -60,6 +60,7 @@ def task(
     autoretry_for: tuple[type[BaseException], ...] = ...,
     dont_autoretry_for: tuple[type[BaseException], ...] = ...,
     atomic: bool = ...,
+    retry_queue: str | None = ...,
 ) -> Callable[[Callable[..., Any]], DurableTask]: ...
 def task(
     function: Callable[..., Any] | None = None,
@@ -76,6 +77,7 @@ def task(
     autoretry_for: tuple[type[BaseException], ...] = _UNSET,
     dont_autoretry_for: tuple[type[BaseException], ...] = _UNSET,
     atomic: bool = _UNSET,
+    retry_queue: str | None = _UNSET,
 ) -> DurableTask | Callable[[Callable[..., Any]], DurableTask]:
     """Django's ``@task`` plus the retry options of ``OutboxTask``.
 
@@ -97,6 +99,7 @@ def task(
         "autoretry_for": autoretry_for,
         "dont_autoretry_for": dont_autoretry_for,
         "atomic": atomic,
+        "retry_queue": retry_queue,
     }
     # Lists of exceptions become tuples: the task stays hashable, and Celery wants tuples.
     options = tuple(

@@ -26,8 +26,10 @@ pytestmark = pytest.mark.slow
 FIELDS = {
     "enqueue": ("plain", "ours", "ratio"),
     "sweep": ("plain", "ours", "ratio"),
+    "sweep_scale": ("ours",),  # rows/s per number of sweepers; the empty sweep's p50 in ms
     "retry_memory": ("plain", "ours", "ratio", "db_bytes_per_row"),
     "no_blocking": ("baseline", "value", "ratio"),
+    "retry_isolation": ("baseline", "value", "ratio"),
     "latency": ("p50", "p99"),
     "atomic": ("plain", "ours", "ratio", "completed_bytes_per_row"),
     "workflows": ("plain", "ours", "ratio", "plain_seconds", "ours_seconds", "ours_p95_ms"),

@@ -46,6 +46,10 @@ class Harness(abc.ABC):
     def read(self, row_id: int) -> StoredMessage:
         """The outbox row ``row_id`` as it is now, whatever its status."""
 
+    @abc.abstractmethod
+    def rows(self) -> list[StoredMessage]:
+        """Every outbox row as it is now, whatever its status."""
+
     def in_thread(self, work: Callable[[], T]) -> T:
         """Run ``work`` as a thread's body (and release what the thread opened)."""
         return work()
@@ -72,6 +76,9 @@ class MemoryHarness(Harness):
 
     def read(self, row_id: int) -> StoredMessage:
         return self.memory.rows[row_id]
+
+    def rows(self) -> list[StoredMessage]:
+        return list(self.memory.rows.values())
 
     def clear(self) -> None:
         self.memory.rows.clear()
@@ -115,6 +122,13 @@ class SQLAlchemyHarness(Harness):
             row = conn.execute(select(table).where(table.c.id == row_id)).mappings().one()
         return stored_message(row)
 
+    def rows(self) -> list[StoredMessage]:
+        from sqlalchemy import select
+
+        with self.engine.connect() as conn:
+            found = conn.execute(select(self.sa_store.tables.outbox)).mappings().all()
+        return [stored_message(row) for row in found]
+
     def clear(self) -> None:
         with self.engine.begin() as conn:
             for table in self.sa_store.tables:
@@ -147,6 +161,11 @@ class DjangoHarness(Harness):
         from django_outbox.models import OutboxMessage
 
         return stored_message(OutboxMessage.objects.get(pk=row_id))
+
+    def rows(self) -> list[StoredMessage]:
+        from django_outbox.models import OutboxMessage
+
+        return [stored_message(row) for row in OutboxMessage.objects.all()]
 
     def clear(self) -> None:
         from django.apps import apps

@@ -94,6 +94,17 @@ def test_one_unregistered_task_does_not_stop_the_others(alice: User) -> None:
     assert bad.status == DeadLetterStatus.DEAD.value
 
 
+def test_arguments_the_task_no_longer_accepts_do_not_stop_the_others(alice: User) -> None:
+    good = make_letter()
+    stale = make_letter(args=[1, 2, 3, 4])  # written by a version whose record took more
+    result = requeue_letters(DeadLetter.objects.all(), by=admin_actions.actor_name(alice))
+    assert list(result.requeued) == [good.pk]
+    assert f"dead letter {stale.pk} of task" in result.failed[stale.pk]
+    assert "args=(1, 2, 3, 4)" in result.failed[stale.pk]
+    stale.refresh_from_db()
+    assert stale.status == DeadLetterStatus.DEAD.value
+
+
 def test_discard_acts_only_on_dead_letters() -> None:
     dead = make_letter()
     requeued = make_letter(status=DeadLetterStatus.REQUEUED.value, requeued_task_id="x")

@@ -40,6 +40,7 @@ def test_manage_py_check_reports_every_bad_setting_with_its_range(celery_app: Ce
     celery_app.conf.outbox_sweep_interval = 1e-9
     celery_app.conf.outbox_keep_published = 1e13
     celery_app.conf.outbox_sweep_batch_size = 0
+    celery_app.conf.outbox_retry_queue = ""
     with pytest.raises(SystemCheckError) as caught:
         call_command("check")
     report = str(caught.value)
@@ -49,9 +50,10 @@ def test_manage_py_check_reports_every_bad_setting_with_its_range(celery_app: Ce
         "outbox_keep_published=10000000000000.0 is not accepted: give 0, or 0.001 to "
         "315360000 seconds.",
         "outbox_sweep_batch_size=0 is not accepted: give an integer from 1 to 10000 rows.",
+        "outbox_retry_queue='' is not accepted: give None, or a queue name such as 'retries'.",
     ):
         assert expected in report
-    assert report.count("django_outbox.E001") == 4
+    assert report.count("django_outbox.E001") == 5
 
 
 @pytest.mark.parametrize(

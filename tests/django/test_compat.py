@@ -110,3 +110,17 @@ def test_savepoint_rollbacks_still_run_through_the_execute_wrappers() -> None:
         f"Django's savepoint rollbacks no longer go through connection.execute_wrappers in "
         f"{VERSIONS} (django_outbox.store.commits would miss them): saw {seen}"
     )
+
+
+@pytest.mark.django_db
+def test_new_connection_is_a_driver_connection_django_does_not_manage() -> None:
+    made = _compat.new_connection("default")
+    try:
+        assert made is not connection.connection
+        assert type(made).__module__.split(".")[0] == connection.Database.__name__.split(".")[0]
+        cursor = made.cursor()
+        cursor.execute("SELECT 1")
+        assert cursor.fetchall() == [(1,)]
+        cursor.close()
+    finally:
+        made.close()

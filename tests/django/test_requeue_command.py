@@ -138,3 +138,18 @@ def test_unregistered_task_fails_after_requeuing_the_others(letters: dict[str, A
     assert requeued_ids() == {letters[k].pk for k in ("a", "key", "late")}
     bad.refresh_from_db()
     assert bad.status == DeadLetterStatus.DEAD.value
+
+
+def test_arguments_the_task_no_longer_accepts_fail_after_requeuing_the_others(
+    letters: dict[str, Any],
+) -> None:
+    stale = make_letter(args=[1, 2, 3, 4])
+    expected = (
+        rf"1 dead letter\(s\) could not be requeued:\n#{stale.pk}: Cannot requeue dead letter "
+        rf"{stale.pk} of task 'django_e2e.record': its arguments do not fit"
+    )
+    with pytest.raises(CommandError, match=expected):
+        requeue("--all")
+    assert requeued_ids() == {letters[k].pk for k in ("a", "key", "late")}
+    stale.refresh_from_db()
+    assert stale.status == DeadLetterStatus.DEAD.value

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from django.db import connections
 
-from django_outbox.store.orm import OrmStrategy
-from django_outbox.store.vendors import PostgreSQLStrategy, SQLiteStrategy, strategy_for
+from django_outbox.store.vendors import (
+    MySQLStrategy,
+    PostgreSQLStrategy,
+    SQLiteStrategy,
+    strategy_for,
+)
 
 #: The strategy each vendor the suite runs on must get.
-EXPECTED = {"postgresql": PostgreSQLStrategy, "sqlite": SQLiteStrategy, "mysql": OrmStrategy}
+EXPECTED = {"postgresql": PostgreSQLStrategy, "sqlite": SQLiteStrategy, "mysql": MySQLStrategy}
 
 
 def test_each_alias_gets_its_vendors_strategy_once() -> None:

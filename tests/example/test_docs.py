@@ -59,9 +59,7 @@ def unknown_in_docs(defaults: Mapping[str, Any], markdown: str) -> list[str]:
 
 
 #: DESIGN.md settings of open issues, not built yet (the issue that builds one removes it here).
-PLANNED_SETTINGS = {
-    "outbox_retry_queue": "issue 20 (performance round 2)",
-}
+PLANNED_SETTINGS: dict[str, str] = {}
 
 
 def design_settings(design: str) -> set[str]:

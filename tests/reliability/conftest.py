@@ -2,8 +2,9 @@
 
 ``throwaway_redis`` and ``throwaway_postgres`` start servers of the test's own on free
 ports (never the shared services), which the test may stop and start; they are killed
-at teardown whatever happened. ``record_result`` writes a scenario's measured counts to
-``results.json``, which ``python -m tests.reliability.report`` renders into
+at teardown whatever happened. ``throwaway_rabbitmq`` does the same for a RabbitMQ node,
+once per module (a node takes 10-45 s to boot). ``record_result`` writes a scenario's
+measured counts to ``results.json``, which ``python -m tests.reliability.report`` renders into
 ``docs/reliability.md``.
 """
 
@@ -20,6 +21,7 @@ import pytest
 from tests.brokers import delete_queue
 from tests.reliability import results
 from tests.reliability.harness import ScenarioEnv, sqlalchemy_url
+from tests.reliability.rabbit_server import ThrowawayRabbitMQ
 from tests.reliability.servers import ServerUnavailable, ThrowawayPostgres, ThrowawayRedis
 from tests.services import services_required
 
@@ -57,6 +59,24 @@ def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
     workdir = Path(tempfile.mkdtemp(prefix="outbox-reliability-pg-"))
     try:
         server = ThrowawayPostgres(workdir)
+        server.start()
+    except ServerUnavailable as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        _unavailable(exc)
+        raise
+    try:
+        yield server
+    finally:
+        server.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def throwaway_rabbitmq() -> Iterator[ThrowawayRabbitMQ]:
+    """A running RabbitMQ node of this module's own (``.url``, ``.stop()``, ``.start()``)."""
+    workdir = Path(tempfile.mkdtemp(prefix="outbox-reliability-rabbitmq-"))
+    try:
+        server = ThrowawayRabbitMQ(workdir)
         server.start()
     except ServerUnavailable as exc:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -24,15 +24,23 @@ from kombu import Connection
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from celery_outbox import OutboxConfigError, OutboxTask, PayloadError, install_store
+from celery_outbox import (
+    ArgumentsMismatch,
+    OutboxConfigError,
+    OutboxError,
+    OutboxTask,
+    PayloadError,
+    install_store,
+    requeue,
+)
 from celery_outbox.records import StoredMessage
-from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, outbox_table
+from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table, outbox_table
 from celery_outbox.storage import PublishCallback
 from celery_outbox.sweep_task import sweep_app
 from tests.brokers import celery_queue
 from tests.reliability.app import RECORD, create_app, create_tables, expected_table
 from tests.reliability.conftest import RecordResult
-from tests.reliability.harness import ScenarioEnv
+from tests.reliability.harness import ScenarioEnv, settle
 
 RETIRED = "reliability.retired"
 
@@ -389,3 +397,115 @@ def test_pickle_is_refused_unless_the_app_accepts_it(outbox: Outbox) -> None:
         app.tasks[RECORD].apply_async(("p",), task_id="p")
     assert set(outbox.published()) == {"p"}
     store.engine.dispose()
+
+
+# -- round 2: bad input met by a running worker ------------------------------------------
+RENAMED = "reliability.record_v1"
+
+
+def old_record(key: str, version: int) -> None:
+    """``record`` as the previous version of the code had it: one more parameter."""
+
+
+def _old_version(outbox: Outbox) -> Celery:
+    """An app of the previous deploy: ``record`` took ``version`` too, and
+    ``record_v1`` was its name before a rename; same broker, queue and store."""
+    app = Celery("reliability-old", broker=outbox.env.broker, set_as_current=False)
+    app.conf.update(task_default_queue=outbox.env.queue, task_ignore_result=True)
+    app.task(name=RECORD, base=OutboxTask, shared=False)(old_record)
+    app.task(name=RENAMED, base=OutboxTask, shared=False)(noop)
+    install_store(app, outbox.store)
+    return app
+
+
+def _letters(outbox: Outbox) -> dict[str, dict[str, Any]]:
+    """The dead letters, by task id."""
+    with outbox.store.engine.connect() as conn:
+        found = conn.execute(select(dead_letter_table))
+        return {row.task_id: dict(row._mapping) for row in found}
+
+
+def _run_worker_until(
+    outbox: Outbox, start: Callable[..., Any], done: set[str], letters: set[str]
+) -> None:
+    from tests.reliability import ledger
+
+    start("tests.reliability.app", queue=outbox.env.queue, env=outbox.env.as_env())
+    settled = settle(
+        lambda: (
+            set(ledger.events(outbox.env.ledger_dir, ledger.DONE)) >= done
+            and set(_letters(outbox)) >= letters
+        ),
+        timeout=60,
+    )
+    assert settled, (ledger.events(outbox.env.ledger_dir, ledger.DONE), _letters(outbox))
+
+
+def test_arguments_of_an_older_version_are_a_dead_letter_at_once_and_the_worker_goes_on(
+    outbox: Outbox,
+    celery_worker_process: Callable[..., Any],
+    record_result: RecordResult,
+) -> None:
+    from tests.reliability import ledger
+
+    old = _old_version(outbox)
+    with outbox.transaction():  # written before the deploy, run after it
+        outbox.task().apply_async(("good-1",), task_id="good-1")
+        old.tasks[RECORD].apply_async(("stale", 1), task_id="stale")
+    _run_worker_until(outbox, celery_worker_process, {"good-1"}, {"stale"})
+    with outbox.transaction():
+        outbox.task().apply_async(("good-2",), task_id="good-2")
+    assert settle(lambda: "good-2" in ledger.events(outbox.env.ledger_dir, ledger.DONE), timeout=30)
+
+    letter = _letters(outbox)["stale"]
+    assert letter["exception_type"] == "celery_outbox.exceptions.ArgumentsMismatch"
+    assert f"task {RECORD!r} [stale] do not fit its signature" in letter["exception_message"]
+    assert "args=('stale', 1)" in letter["exception_message"]
+    assert (letter["retries"], letter["args"]) == (0, ["stale", 1])  # never retried, kept
+    # Requeued while the code still does not accept them: an error naming the letter.
+    with pytest.raises(ArgumentsMismatch, match=rf"dead letter {letter['id']} of task"):
+        requeue(outbox.app, letter["id"])
+    assert _letters(outbox)["stale"]["status"] == "dead"
+    # The previous version's code (or a fixed one) can requeue it: nothing was lost.
+    task_id = requeue(old, letter["id"])
+    assert _letters(outbox)["stale"]["requeued_task_id"] == task_id
+    _record(
+        record_result,
+        "bad_input_arguments_mismatch",
+        "Arguments of an older version (extra arg) met by the worker (bad input)",
+        good={"good-1", "good-2"},
+        published=ledger.events(outbox.env.ledger_dir, ledger.DONE),
+        notes="ArgumentsMismatch dead letter at once (0 retries); requeue refused naming it",
+    )
+
+
+def test_a_task_renamed_between_dispatch_and_run_is_a_dead_letter_and_the_worker_goes_on(
+    outbox: Outbox,
+    celery_worker_process: Callable[..., Any],
+    record_result: RecordResult,
+) -> None:
+    from tests.reliability import ledger
+
+    old = _old_version(outbox)
+    with outbox.transaction():
+        old.tasks[RENAMED].apply_async(("renamed",), task_id="renamed")
+        outbox.task().apply_async(("good-1",), task_id="good-1")
+    _run_worker_until(outbox, celery_worker_process, {"good-1"}, {"renamed"})
+
+    letter = _letters(outbox)["renamed"]
+    assert letter["exception_type"] == "celery.exceptions.NotRegistered"
+    assert f"task {RENAMED!r} is not registered" in letter["exception_message"]
+    assert letter["args"] == ["renamed"]
+    # Requeued from the new code, where the name is gone: an error naming it; still dead.
+    with pytest.raises(OutboxError, match=rf"dead letter {letter['id']}: task {RENAMED!r}"):
+        requeue(outbox.app, letter["id"])
+    assert _letters(outbox)["renamed"]["status"] == "dead"
+    assert requeue(old, letter["id"])  # from code that knows the name
+    _record(
+        record_result,
+        "bad_input_renamed_task",
+        "Task renamed between dispatch and run (bad input)",
+        good={"good-1"},
+        published=ledger.events(outbox.env.ledger_dir, ledger.DONE),
+        notes="dead letter (NotRegistered) with its args; requeue refused until the name exists",
+    )

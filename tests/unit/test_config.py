@@ -26,6 +26,7 @@ def test_defaults_match_design() -> None:
     assert config.beat_schedule is True
     assert config.max_payload_bytes == 4 * 1024 * 1024
     assert config.store is None
+    assert config.retry_queue is None
 
 
 def test_reads_celery_conf_and_django_namespace() -> None:
@@ -38,6 +39,10 @@ def test_reads_celery_conf_and_django_namespace() -> None:
         {"CELERY_OUTBOX_PARK_AFTER": 2.5, "CELERY_BROKER_URL": "memory://"}, namespace="CELERY"
     )
     assert OutboxConfig.from_celery(django_style).park_after == timedelta(seconds=2.5)
+
+
+def test_retry_queue_is_read_as_given() -> None:
+    assert OutboxConfig.from_mapping({"outbox_retry_queue": "retries"}).retry_queue == "retries"
 
 
 def test_none_payload_limit_means_no_limit() -> None:
@@ -59,6 +64,8 @@ def test_none_payload_limit_means_no_limit() -> None:
         ("outbox_sweep_batch_bytes", 1e6, "an integer from 65536 to 4294967296 bytes"),
         ("outbox_beat_schedule", "yes", "True or False"),
         ("outbox_store", "nodots", "dotted path"),
+        ("outbox_retry_queue", "", "None, or a queue name"),
+        ("outbox_retry_queue", 7, "None, or a queue name"),
     ],
 )
 def test_bad_values_name_setting_value_and_accepted(key: str, value: Any, accepted: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 from celery import Celery
 from kombu import Connection, Queue
 
-from celery_outbox import OutboxTask
+from celery_outbox import ArgumentsMismatch, OutboxTask
 from celery_outbox.dead_letters import (
     as_json,
     build_dead_letter,
@@ -194,6 +194,21 @@ def test_a_letter_of_an_unregistered_task_is_not_requeued(
     with pytest.raises(OutboxError, match=r"task 'unit.gone' is not registered"):
         requeue(app, letter_id)
     assert store.rows == {}
+
+
+def test_arguments_that_no_longer_fit_the_task_are_an_error_naming_the_letter(
+    app: Celery, store: InMemoryOutboxStore
+) -> None:
+    letter_id = store.add_dead_letter(letter(args=(1, 2, "old extra"), kwargs={}))
+
+    with pytest.raises(
+        ArgumentsMismatch,
+        match=rf"dead letter {letter_id} of task '{TASK}': its arguments do not fit .*"
+        r"args=\(1, 2, 'old extra'\)",
+    ):
+        requeue(app, letter_id)
+    assert store.rows == {}
+    assert store.letters[letter_id].status is DeadLetterStatus.DEAD
 
 
 def test_a_letter_stored_without_its_arguments_is_not_requeued(

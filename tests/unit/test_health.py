@@ -31,7 +31,7 @@ class Clock:
 
 
 class DownStore(InMemoryOutboxStore):
-    def backlog(self, *, using: str | None = None) -> Backlog:
+    def backlog(self, *, using: str | None = None, bound: int | None = None) -> Backlog:
         raise StoreError("celery-outbox could not read the outbox backlog: connection refused")
 
 

@@ -33,9 +33,12 @@ NO_UNIT_MODULE: dict[str, str] = {
     "memory_transactions.py": "its transactions and on-commit: tests/contract",
     "memory_workflows.py": "its workflows and chord joins: tests/contract/test_workflows.py",
     "workflows.py": "the WorkflowStore contract: tests/contract/test_workflows.py",
+    "wakeups.py": "the WakeupStore contract: tests/contract/test_wakeups.py",
+    "sqlalchemy/wakeups.py": "tests/contract/test_wakeups.py, integration/test_relay_notify.py",
     "sqlalchemy/workflows.py": "tests/contract/test_workflows.py (every dialect, concurrency)",
     # The SQLAlchemy store, held to the same contract on PostgreSQL, MySQL and SQLite.
     "sqlalchemy/boundary.py": "driver errors of the SQLAlchemy store: tests/contract",
+    "sqlalchemy/counting.py": "tests/contract/test_bounded_counts.py (every dialect)",
     "sqlalchemy/claims.py": "tests/contract/test_claims.py, test_claim_budget.py",
     "sqlalchemy/inserts.py": "tests/contract/test_dispatch.py, test_superseding.py",
     "sqlalchemy/last_writes.py": "tests/contract/test_sqlalchemy_last_writes.py",

@@ -110,3 +110,17 @@ def test_retries_dead_letters_and_duplicates_are_labelled_by_task_name_only() ->
     assert sample("celery_outbox_duplicates_skipped_total", task=Task.name) == skipped + 1
     text = "".join(str(metric.samples) for metric in REGISTRY.collect())
     assert "t-1" not in text
+
+
+def test_disconnected_counters_stop_counting_and_connect_resumes() -> None:
+    from celery_outbox import metric_counters
+
+    app, before = Celery(set_as_current=False), sample("celery_outbox_retries_total", path="eta")
+    metric_counters.disconnect()
+    try:
+        signals.task_retry_scheduled.send(sender=app, path="eta")
+        assert sample("celery_outbox_retries_total", path="eta") == before
+    finally:
+        metric_counters.connect()
+    signals.task_retry_scheduled.send(sender=app, path="eta")
+    assert sample("celery_outbox_retries_total", path="eta") == before + 1

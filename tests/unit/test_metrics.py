@@ -22,7 +22,7 @@ AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 class DownStore(InMemoryOutboxStore):
-    def backlog(self, *, using: str | None = None) -> Backlog:
+    def backlog(self, *, using: str | None = None, bound: int | None = None) -> Backlog:
         raise StoreError("read the outbox backlog: connection refused")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from celery_outbox.exceptions import OutboxConfigError
-from celery_outbox.rules import SHORTEST, Count, DottedPath, Flag, Seconds
+from celery_outbox.rules import SHORTEST, Count, DottedPath, Flag, QueueName, Seconds
 
 WAIT = Seconds(minimum=SHORTEST, maximum=3600)
 ZERO_OR_WAIT = Seconds(minimum=1, maximum=86400, zero=True)
@@ -27,6 +27,7 @@ def test_accepted_says_the_range_in_plain_numbers() -> None:
     assert MAYBE_BYTES.accepted == "None, or an integer from 1024 to 1073741824 bytes"
     assert Flag().accepted == "True or False"
     assert STORE.accepted == "None, or a dotted path such as 'myproject.outbox.make_store'"
+    assert QueueName().accepted == "None, or a queue name such as 'retries'"
 
 
 @pytest.mark.parametrize(
@@ -38,6 +39,7 @@ def test_accepted_says_the_range_in_plain_numbers() -> None:
         (MAYBE_BYTES, [None, 1024, 2**30], [1023, 2**30 + 1, 2048.0, False]),
         (Flag(), [True, False], [0, 1, "true", None]),
         (STORE, [None, "a.b", "pkg.mod.factory"], ["", "plain", ".", "...", 42, b"a.b"]),
+        (QueueName(), [None, "retries", "a.b-c"], ["", " retries", "retries ", 5, b"q", True]),
     ],
 )
 def test_each_rule_accepts_its_range_and_nothing_else(
@@ -58,6 +60,7 @@ def test_other_rules_keep_the_value() -> None:
     assert MAYBE_BYTES.parse("outbox_x", None) is None
     assert Flag().parse("outbox_x", False) is False
     assert STORE.parse("outbox_x", "a.b") == "a.b"
+    assert QueueName().parse("outbox_x", "retries") == "retries"
 
 
 def test_a_refused_value_is_named_with_the_setting_and_the_range() -> None:

@@ -97,6 +97,23 @@ def test_the_task_sweeps_the_app_store(new_app: Celery) -> None:
     }
 
 
+def test_a_bad_setting_read_again_at_runtime_fails_the_sweep_naming_it(new_app: Celery) -> None:
+    from celery_outbox import OutboxConfigError
+    from celery_outbox.state import state_of
+    from tests.contract.factories import new_message
+
+    store = InMemoryOutboxStore()
+    install_store(new_app, store)
+    new_app.finalize()  # started with good settings
+    row_id = store.add(new_message())
+    new_app.conf.outbox_sweep_batch_size = "500"
+    state_of(new_app).config = None  # read again (``celery_outbox.state.reset`` does)
+
+    with pytest.raises(OutboxConfigError, match=r"outbox_sweep_batch_size='500'"):
+        new_app.tasks[SWEEP_TASK].apply().get()
+    assert store.rows[row_id].status.value == "pending"  # left for the next good sweep
+
+
 def test_an_app_without_the_outbox_gets_neither() -> None:
     # Before: every app in the process got both, and beat sent a sweep that failed with
     # NoStoreConfigured every interval. A fresh process: other tests' shared OutboxTasks

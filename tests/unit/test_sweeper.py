@@ -307,6 +307,29 @@ def test_sweep_all_covers_every_alias_of_the_store(app: Celery, clock: FakeClock
     assert store.aliases == ["primary", "replica"]
 
 
+def test_a_failing_alias_does_not_stop_the_others_and_is_named(
+    app: Celery, clock: FakeClock, queue_name: str
+) -> None:
+    store = TwoAliasStore(clock=clock, fail=1)  # the first alias, "primary", fails
+    install_store(app, store)
+    committed_rows(app, store, 3)
+    clock.now = START + GRACE
+
+    with pytest.raises(StoreError, match=r"database\(s\) 'primary' .*'primary': database is down"):
+        make_sweeper(app, store, clock).sweep_all()
+
+    assert store.aliases[0] == "primary"
+    assert "replica" in store.aliases
+    assert len(drain(app, queue_name)) == 3  # the in-memory store's rows, swept as "replica"
+
+
+def test_a_single_alias_error_is_raised_as_is(app: Celery, clock: FakeClock) -> None:
+    store = TwoAliasStore(clock=clock, fail=1)
+    install_store(app, store)
+    with pytest.raises(StoreError, match=r"^database is down$"):
+        make_sweeper(app, store, clock).sweep_all(["primary"])
+
+
 def test_run_survives_store_errors_and_stops_on_the_event(
     app: Celery, clock: FakeClock, queue_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -331,7 +354,9 @@ def test_run_survives_store_errors_and_stops_on_the_event(
     assert not thread.is_alive()
     assert store.rows == {}
     assert len(drain(app, queue_name)) == 4
-    assert caplog.text.count("sweep failed") == 2
+    # Both aliases failed in the first pass: one error naming both, then a good pass.
+    assert caplog.text.count("sweep failed") == 1
+    assert "could not sweep database(s) 'primary', 'replica'" in caplog.text
 
 
 # -- the byte budget (outbox_sweep_batch_bytes) -------------------------------------------

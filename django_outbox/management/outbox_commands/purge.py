@@ -17,7 +17,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from celery_outbox.clock import utcnow
 from celery_outbox.records import MessageStatus
 from celery_outbox.rules import Count, Seconds
 from celery_outbox.storage import OutboxStore
@@ -68,9 +67,10 @@ def add_arguments(parser: ArgumentParser) -> None:
 def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     context = load_context(options["database"])
     statuses = [MessageStatus(s) for s in options["status"] or CHOICES]
-    older_than = utcnow() - timedelta(seconds=options["older_than"])
+    age = timedelta(seconds=options["older_than"])
     batch = options["batch"]
     for alias in context.aliases:
+        older_than = context.store.now(using=alias) - age  # the database's clock
         if options["completed"]:
             purge_completed(command, context.store, alias_name(alias), older_than, options)
             continue

@@ -1,4 +1,9 @@
-"""``outbox relay``: sweep continuously with a short poll until SIGTERM or SIGINT."""
+"""``outbox relay``: sweep continuously until SIGTERM or SIGINT.
+
+It sweeps after every ``--poll`` seconds of idleness, sooner when a parked row comes due,
+and at once when PostgreSQL notifies a new row nobody publishes at commit
+(:mod:`celery_outbox.wakeups`; ``--no-listen`` polls only).
+"""
 
 from __future__ import annotations
 
@@ -38,6 +43,11 @@ def add_arguments(parser: ArgumentParser) -> None:
         help="seconds a fresh row is left to its on-commit publisher "
         f"(default outbox_publish_grace; 0 publishes at once; {GRACE.accepted})",
     )
+    parser.add_argument(
+        "--no-listen",
+        action="store_true",
+        help="poll only: no LISTEN for NOTIFY of new rows on PostgreSQL databases",
+    )
 
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> None:
@@ -52,9 +62,11 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     previous = {
         sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)
     }
-    command.stdout.write(f"outbox relay: polling every {options['poll']} s")
+    listen = not options["no_listen"]
+    woken = ", woken by NOTIFY where the database has it" if listen else ""
+    command.stdout.write(f"outbox relay: polling every {options['poll']} s{woken}")
     try:
-        sweeper.run(stop, options["poll"], aliases=context.aliases)
+        sweeper.run(stop, options["poll"], aliases=context.aliases, listen=listen)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -16,8 +16,9 @@ from argparse import ArgumentParser
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from celery_outbox.exceptions import StoreError
 from celery_outbox.storage import OutboxStore
 from django_outbox.management.outbox_commands._context import (
     add_database_argument,
@@ -38,12 +39,20 @@ def add_arguments(parser: ArgumentParser) -> None:
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     context = load_context(options["database"])
-    report = {alias_name(a): status_of(context.store, alias_name(a)) for a in context.aliases}
+    report: dict[str, dict[str, Any]] = {}
+    failed: list[str] = []
+    for name in map(alias_name, context.aliases):
+        try:  # one database that cannot be read (or an alias gone from DATABASES)
+            report[name] = status_of(context.store, name)
+        except StoreError as exc:
+            failed.append(f"database {name}: {exc}")
     if options["json"]:
         command.stdout.write(json.dumps(report, indent=2, sort_keys=True))
-        return
-    for alias, status in report.items():
-        command.stdout.write(format_status(alias, status))
+    else:
+        for alias, status in report.items():
+            command.stdout.write(format_status(alias, status))
+    if failed:
+        raise CommandError("outbox status: " + "\n".join(failed))
 
 
 def status_of(store: OutboxStore, alias: str) -> dict[str, Any]:

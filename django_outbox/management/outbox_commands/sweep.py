@@ -10,8 +10,9 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from celery_outbox.exceptions import StoreError
 from django_outbox.management.outbox_commands._context import (
     add_database_argument,
     alias_name,
@@ -31,11 +32,18 @@ def add_arguments(parser: ArgumentParser) -> None:
 def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     context = load_context(options["database"])
     sweeper = context.sweeper()
+    failed: list[str] = []
     try:
         for alias in context.aliases:
-            report = (
-                sweeper.sweep(alias) + sweeper.purge_expired(alias) + sweeper.purge_completed(alias)
-            )
+            try:  # a database that fails (or an alias gone from DATABASES): sweep the others
+                report = (
+                    sweeper.sweep(alias)
+                    + sweeper.purge_expired(alias)
+                    + sweeper.purge_completed(alias)
+                )
+            except StoreError as exc:
+                failed.append(f"database {alias_name(alias)}: {exc}")
+                continue
             command.stdout.write(
                 f"{alias_name(alias)}: published {report.published}, rescheduled "
                 f"{report.rescheduled}, failed {report.failed} in {report.batches} batch(es)"
@@ -49,3 +57,5 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
             )
     finally:
         sweeper.relay.close()
+    if failed:
+        raise CommandError("outbox sweep: " + "\n".join(failed))

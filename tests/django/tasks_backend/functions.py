@@ -35,6 +35,11 @@ def always_fails(key: str) -> None:
     raise Unavailable(f"down for {key}")
 
 
+@task(retry_queue="retries")
+def retried_elsewhere(key: str) -> None:
+    """Never enqueued: its Celery task carries ``retry_queue``."""
+
+
 @task(atomic=True)
 def atomic_record(key: str) -> str:
     """An atomic task: its ``CompletedTask`` row commits with its body."""

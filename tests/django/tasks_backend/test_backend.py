@@ -77,6 +77,9 @@ def test_a_task_is_a_durable_task_with_a_celery_outbox_task(tasks: ModuleType) -
     # Options not given keep OutboxTask's defaults.
     record = app.tasks["tests.django.tasks_backend.functions.record"]
     assert record.max_retries == OutboxTask.max_retries
+    assert record.retry_queue is None
+    elsewhere = app.tasks["tests.django.tasks_backend.functions.retried_elsewhere"]
+    assert elsewhere.retry_queue == "retries"
 
 
 def test_enqueue_writes_a_row_in_the_transaction_with_the_result_id(tasks: ModuleType) -> None:

@@ -100,6 +100,8 @@ def test_lists_of_exception_classes_are_accepted() -> None:
         ("retry_max_elapsed", -1.0, "from 0.001"),
         ("default_retry_delay", "soon", "from 0 to"),
         ("retry_kwargs", {"countdown": 1, "exc": 2}, "only 'max_retries' and 'countdown'"),
+        ("retry_queue", "", "None, or a queue name"),
+        ("retry_queue", ["retries"], "None, or a queue name"),
     ],
 )
 def test_a_bad_option_is_named_with_the_task_and_what_is_accepted(
@@ -111,6 +113,11 @@ def test_a_bad_option_is_named_with_the_task_and_what_is_accepted(
     assert "'shop.send_sms'" in message
     assert f"{option}={value!r}" in message
     assert accepted in message
+
+
+def test_retry_queue_is_read_off_the_task() -> None:
+    assert options_from_task(make_task(retry_queue="retries")).retry_queue == "retries"
+    assert options_from_task(make_task()).retry_queue is None
 
 
 def test_every_bad_option_is_reported_at_once() -> None:

@@ -11,19 +11,24 @@ from celery.exceptions import Reject, Retry
 from celery_outbox.envelope import build_message
 from celery_outbox.registry import install_store
 from celery_outbox.testing import InMemoryOutboxStore
-from celery_outbox.worker.republish import schedule_retry
+from celery_outbox.worker.republish import (
+    RETRY_REASON_CHARS,
+    RETRY_REASON_HEADER,
+    retry_reason,
+    schedule_retry,
+)
 from tests.unit.worker.support import attempt_of, queued_ids
 
 NOW = datetime.now(timezone.utc)
 
 
 def test_long_wait_is_parked(app: Celery, queue_name: str) -> None:
-    store = InMemoryOutboxStore()
+    store = InMemoryOutboxStore(clock=lambda: NOW)  # the database's clock parks the row
     install_store(app, store)
     retry = schedule_retry(
         app.tasks["unit.retrying"],
         attempt_of("t1", queue_name),
-        ValueError(),
+        ValueError("card declined\nsecond line"),
         delay=timedelta(minutes=10),
         park=True,
         now=NOW,
@@ -31,6 +36,7 @@ def test_long_wait_is_parked(app: Celery, queue_name: str) -> None:
     assert isinstance(retry, Retry)
     (row,) = store.rows.values()
     assert (row.task_id, row.available_at) == ("t1", NOW + timedelta(minutes=10))
+    assert row.options["headers"][RETRY_REASON_HEADER] == "builtins.ValueError: card declined"
     assert queued_ids(queue_name) == []
 
 
@@ -94,3 +100,10 @@ def test_neither_eta_nor_park_rejects_with_requeue(app: Celery) -> None:
             now=NOW,
         )
     assert caught.value.requeue is True
+
+
+def test_retry_reason_names_the_type_and_cuts_the_message() -> None:
+    assert retry_reason(KeyError()) == "builtins.KeyError"
+    long = retry_reason(RuntimeError("x" * 1000))
+    assert long.startswith("builtins.RuntimeError: xxx")
+    assert len(long) == RETRY_REASON_CHARS

@@ -12,7 +12,8 @@ from celery import Celery
 from celery.exceptions import Retry
 
 from celery_outbox import OutboxTask
-from celery_outbox.exceptions import TooManyDeliveries
+from celery_outbox.config import OutboxConfig
+from celery_outbox.exceptions import OutboxConfigError, TooManyDeliveries
 from celery_outbox.registry import install_store
 from celery_outbox.testing import InMemoryOutboxStore
 from celery_outbox.worker import runner
@@ -119,3 +120,62 @@ def test_a_redelivery_within_the_limit_runs(
     )
     assert result == "ran"
     assert not store.letters
+
+
+def misconfigure(app: Celery, **conf: object) -> None:
+    """Change settings of a running app to bad values, and make the outbox read them
+    again (settings are read once: without ``reset`` the change is not seen at all)."""
+    from celery_outbox.state import state_of
+
+    app.conf.update(conf)
+    state_of(app).config = None
+
+
+def test_settings_changed_at_runtime_are_not_read_until_the_state_is_reset(
+    app: Celery, store: InMemoryOutboxStore, queue_name: str
+) -> None:
+    OutboxConfig.from_celery(app)  # read at worker start
+    app.conf.outbox_max_deliveries = "5"
+    result = runner.run_attempt(
+        app.tasks["unit.runner"],
+        attempt_of(queue_name, redelivered=True),
+        lambda: "ran",
+        rng=random.Random(),
+    )
+    assert result == "ran"
+
+
+def test_a_bad_delivery_limit_read_at_runtime_dead_letters_the_redelivery(
+    app: Celery, store: InMemoryOutboxStore, queue_name: str
+) -> None:
+    task = app.tasks["unit.runner"]  # the worker started with good settings
+    misconfigure(app, outbox_max_deliveries="5")
+    ran: list[int] = []
+    with pytest.raises(OutboxConfigError, match=r"outbox_max_deliveries='5'.*unit\.runner\[t1\]"):
+        runner.run_attempt(
+            task,
+            attempt_of(queue_name, redelivered=True),
+            lambda: ran.append(1),
+            rng=random.Random(),
+        )
+    assert ran == []
+    (letter,) = store.letters.values()
+    assert letter.task_id == "t1"
+    assert "outbox_max_deliveries='5'" in letter.exception_message
+
+
+def test_a_bad_park_after_read_at_failure_dead_letters_the_attempt(
+    app: Celery, store: InMemoryOutboxStore, queue_name: str
+) -> None:
+    task = app.tasks["unit.runner"]  # the worker started with good settings
+    misconfigure(app, outbox_park_after=float("nan"))
+
+    def fail() -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        runner.run_attempt(task, attempt_of(queue_name), fail, rng=random.Random())
+    (letter,) = store.letters.values()
+    assert letter.task_id == "t1"
+    assert "outbox_park_after=nan" in letter.exception_message
+    assert queued(queue_name) == []

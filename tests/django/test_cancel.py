@@ -1,0 +1,164 @@
+"""Cancelling outbox rows on real PostgreSQL: ``cancel_messages`` and ``outbox cancel``.
+
+The revoke goes through the test app's in-memory broker here (a worker hearing it:
+``test_cancel_worker.py``); what is checked is what the database and the admin log hold.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import transaction
+
+from celery_outbox.clock import utcnow
+from celery_outbox.records import MessageStatus
+from django_outbox.cancelling import cancel_messages
+from django_outbox.models import OutboxMessage
+from tests.django.admin_app import APP_PATH, app
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _outbox_app(settings: Any) -> None:
+    settings.DJANGO_OUTBOX_CELERY_APP = APP_PATH
+
+
+@pytest.fixture
+def alice() -> User:
+    return User.objects.create_user("alice", is_staff=True)
+
+
+def row(status: str = MessageStatus.PENDING.value, **fields: Any) -> OutboxMessage:
+    """An outbox row of a fresh task id, due now unless ``fields`` say otherwise."""
+    values: dict[str, Any] = {
+        "task_id": str(uuid.uuid4()),
+        "task_name": "django_e2e.record",
+        "payload": "[[], {}, {}]",
+        "options": {"headers": {"retries": 3}},
+        "status": status,
+        "available_at": utcnow(),
+    }
+    values.update(fields)
+    return OutboxMessage.objects.create(**values)
+
+
+def cancel(*args: str) -> str:
+    out = io.StringIO()
+    call_command("outbox", "cancel", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_pending_and_parked_rows_are_deleted_logged_and_revoked(alice: User) -> None:
+    due, parked = row(), row(available_at=utcnow() + timedelta(hours=1))
+    failed = row(MessageStatus.FAILED.value)
+    result = cancel_messages(OutboxMessage.objects.all(), by=alice, app=app)
+    assert result.cancelled == {due.pk: due.task_id, parked.pk: parked.task_id}
+    assert (result.skipped, result.in_flight, result.revoked) == (1, (), True)
+    assert list(OutboxMessage.objects.values_list("id", flat=True)) == [failed.pk]
+    entries = LogEntry.objects.order_by("object_id")
+    assert [(e.user_id, e.object_id, e.action_flag) for e in entries] == [
+        (alice.pk, str(due.pk), DELETION),
+        (alice.pk, str(parked.pk), DELETION),
+    ]
+    assert due.task_id in entries[0].change_message
+
+
+def test_a_leased_row_is_reported_in_flight() -> None:
+    taken = row(locked_until=utcnow() + timedelta(seconds=60))
+    result = cancel_messages(OutboxMessage.objects.all(), app=app)
+    assert result.in_flight == (taken.task_id,)
+    assert result.revoked
+    assert not OutboxMessage.objects.exists()
+    assert not LogEntry.objects.exists()  # no user: nothing to record
+
+
+def test_inside_a_transaction_rolled_back_nothing_is_cancelled_or_revoked(alice: User) -> None:
+    kept = row()
+    results = []
+
+    def cancel_then_fail() -> None:
+        with transaction.atomic():
+            results.append(cancel_messages(OutboxMessage.objects.all(), by=alice, app=app))
+            raise RuntimeError("roll back")
+
+    with pytest.raises(RuntimeError):
+        cancel_then_fail()
+    assert results[0].cancelled == {kept.pk: kept.task_id}
+    assert not results[0].revoked  # sent on commit only
+    assert OutboxMessage.objects.filter(pk=kept.pk).exists()
+    assert not LogEntry.objects.exists()
+
+
+def test_an_unknown_username_is_refused_before_anything_changes() -> None:
+    kept = row()
+    with pytest.raises(LookupError, match="no user 'nobody'"):
+        cancel_messages(OutboxMessage.objects.all(), by="nobody", app=app)
+    assert OutboxMessage.objects.filter(pk=kept.pk).exists()
+
+
+def test_a_broker_that_is_down_leaves_the_rows_cancelled_and_says_why(alice: User) -> None:
+    kept = row(locked_until=utcnow())
+    previous = app.conf.broker_write_url
+    app.conf.broker_write_url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    try:
+        result = cancel_messages(OutboxMessage.objects.all(), by=alice, app=app)
+    finally:
+        app.conf.broker_write_url = previous
+    assert result.cancelled == {kept.pk: kept.task_id}
+    assert (result.revoked, result.in_flight) == (False, (kept.task_id,))
+    assert result.revoke_error.startswith("revoke not sent:")
+
+
+def test_command_cancels_by_id_and_task_id(alice: User) -> None:
+    one, two, other = row(), row(), row()
+    out = cancel("--id", str(one.pk), "--task", two.task_id, "--by", "alice")
+    assert set(OutboxMessage.objects.values_list("id", flat=True)) == {other.pk}
+    assert f"cancelled #{one.pk} task {one.task_id}" in out
+    assert "default: cancelled 2 row(s), 0 in flight, 0 skipped; revoke sent" in out
+    assert LogEntry.objects.filter(user=alice).count() == 2
+
+
+def test_command_dry_run_lists_and_keeps(alice: User) -> None:
+    kept = row()
+    out = cancel("--task", kept.task_id, "--dry-run")
+    assert f"would cancel #{kept.pk} django_e2e.record[{kept.task_id}]" in out
+    assert "default: would cancel 1 row(s) (dry run)" in out
+    assert OutboxMessage.objects.filter(pk=kept.pk).exists()
+
+
+def test_command_skips_failed_rows(alice: User) -> None:
+    failed = row(MessageStatus.FAILED.value)
+    out = cancel("--id", str(failed.pk), "--by", "alice")
+    assert "cancelled 0 row(s)" in out
+    assert OutboxMessage.objects.filter(pk=failed.pk).exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "give --id ROW_ID or --task TASK_ID"),
+        (("--id", "1"), "give --by USERNAME"),
+        (("--id", "0", "--by", "alice"), "'0' is not accepted: give"),
+        (("--id", "x", "--by", "alice"), "'x' is not accepted: give"),
+        (("--task", "", "--by", "alice"), "--task '' is not accepted: give a task id of 1 to"),
+        (("--task", "t" * 300, "--by", "alice"), "is not accepted: give a task id of 1 to 255"),
+        (("--id", "1", "--by", "bob"), "--by 'bob' is not accepted: no user 'bob'"),
+        (("--id", "1", "--by", "alice", "--database", "nope"), "--database 'nope'"),
+    ],
+)
+def test_command_refuses_bad_input_naming_it(
+    alice: User, args: tuple[str, ...], message: str
+) -> None:
+    kept = row()
+    with pytest.raises(CommandError, match=message.replace("(", r"\(")):
+        cancel(*args)
+    assert OutboxMessage.objects.filter(pk=kept.pk).exists()
