@@ -259,5 +259,7 @@ def park_reason(attempts: int, last_error: str, options: Any) -> str:
     if isinstance(retries, int) and retries > 0:
         first = headers.get("outbox_first_failed_at") if isinstance(headers, dict) else None
         since = f", failing since {first}" if first else ""
-        return f"retry {retries} of a failed task{since}"
+        why = headers.get("outbox_retry_reason") if isinstance(headers, dict) else None
+        cause = f" ({why})" if why else ""
+        return f"retry {retries} of a failed task{cause}{since}"
     return "countdown or ETA given at dispatch"

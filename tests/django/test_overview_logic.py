@@ -27,6 +27,12 @@ from django_outbox.overview import duration_text, park_reason
             "retry 3 of a failed task, failing since 2026-03-04T05:06:07",
         ),
         (0, "", {"headers": {"retries": 1}}, "retry 1 of a failed task"),
+        (
+            0,
+            "",
+            {"headers": {"retries": 2, "outbox_retry_reason": "TimeoutError: slow"}},
+            "retry 2 of a failed task (TimeoutError: slow)",
+        ),
         (0, "", {"headers": {"retries": 0}}, "countdown or ETA given at dispatch"),
         (0, "", {"headers": "not a mapping"}, "countdown or ETA given at dispatch"),
         (0, "", None, "countdown or ETA given at dispatch"),
