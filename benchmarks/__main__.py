@@ -29,6 +29,7 @@ NAMES = (
     "django_tasks",
     "scrape",
     "observability",
+    "admin_pages",
 )
 #: ``--quick`` retry memory: shorter settling, fewer RSS samples (its bytes mean nothing).
 QUICK_RETRY_MEMORY: dict[str, Any] = {"settle": 0.5, "samples": 2}
@@ -61,6 +62,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--parked-rows", type=int, default=1_000_000, help="empty sweep: parked rows (1,000,000)"
     )
+    parser.add_argument(
+        "--admin-rows", type=int, default=1_000_000, help="admin pages: outbox rows (1,000,000)"
+    )
+    parser.add_argument(
+        "--admin-letters", type=int, default=100_000, help="admin pages: dead letters (100,000)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
     parser.add_argument("--json", type=Path, default=None, help="output (results/latest.json)")
     args = parser.parse_args(argv)
@@ -70,12 +77,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.warm_up, args.failing, args.atomic_tasks = 100, 2, 50
         args.chains, args.scrape_rows, args.storm = 10, 3000, 20
         args.parked_rows = 3000
+        args.admin_rows, args.admin_letters = 3000, 300
     return args
 
 
 def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run one benchmark; its result rows."""
     from benchmarks import (
+        admin_pages,
         atomic,
         django_tasks,
         enqueue,
@@ -118,6 +127,8 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         )
     if name == "scrape":
         return scrape.run(rows=args.scrape_rows, rounds=args.rounds)
+    if name == "admin_pages":
+        return admin_pages.run(rows=args.admin_rows, letters=args.admin_letters, rounds=args.rounds)
     return peer.run(rows=args.rows, rounds=max(1, min(args.rounds, 2)))
 
 

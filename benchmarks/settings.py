@@ -25,7 +25,15 @@ DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_outbox"]
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    # The admin, for the admin_pages benchmark.
+    "django.contrib.admin",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_outbox",
+]
 if find_spec("django.tasks") and find_spec("django_tasks_db"):
     # django-tasks-db (pip install django-tasks-db), Django's task framework's ORM backend,
     # when installed: the django_tasks benchmark compares its enqueue() with ours.
@@ -43,4 +51,27 @@ DATABASES = {
     },
 }
 LOGGING_CONFIG = None
+# The admin, rendered through Django's test client by the admin_pages benchmark.
+ROOT_URLCONF = "benchmarks.urls"
+ALLOWED_HOSTS = ["testserver", "localhost"]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
 DJANGO_OUTBOX_CELERY_APP = "benchmarks.app:app"

@@ -23,12 +23,19 @@ from django_outbox._compat import instance_alias
 from django_outbox.admin_base import clipped, folded, head, pretty_json, short_time
 from django_outbox.admin_completed import CompletedTaskAdmin
 from django_outbox.admin_messages import OutboxMessageAdmin
+from django_outbox.admin_overview import OverviewAdmin
 from django_outbox.admin_rows import RowAction, RowActionsAdmin
 from django_outbox.admin_workflows import WorkflowAdmin, admin_link, letter_workflow
 from django_outbox.dead_letters import discard_letters, requeue_letters
 from django_outbox.models import CompletedTask, DeadLetter, DeadLetterQuerySet, OutboxMessage
 
-__all__ = ["CompletedTaskAdmin", "DeadLetterAdmin", "OutboxMessageAdmin", "WorkflowAdmin"]
+__all__ = [
+    "CompletedTaskAdmin",
+    "DeadLetterAdmin",
+    "OutboxMessageAdmin",
+    "OverviewAdmin",
+    "WorkflowAdmin",
+]
 
 
 def is_dead(letter: DeadLetter) -> bool:

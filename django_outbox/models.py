@@ -28,6 +28,7 @@ from celery_outbox.records import (
     MessageStatus,
 )
 from django_outbox.dead_letters import discard_letter, requeue_letter
+from django_outbox.overview_models import Overview as Overview
 from django_outbox.sweep_models import SweepRecord as SweepRecord
 from django_outbox.workflow_models import ChordJoin as ChordJoin
 from django_outbox.workflow_models import Workflow as Workflow

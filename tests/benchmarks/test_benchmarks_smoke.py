@@ -36,6 +36,7 @@ FIELDS = {
     "peer": ("peer", "ours", "ratio"),
     "django_tasks": ("plain", "ours", "ratio"),
     "scrape": ("p50", "p99"),
+    "admin_pages": ("p50", "p99"),
 }
 #: Benchmarks that may report why they could not run here, and whether they may now.
 MAY_SKIP = {
