@@ -24,6 +24,7 @@ from django_outbox.admin_base import clipped, folded, head, pretty_json, short_t
 from django_outbox.admin_completed import CompletedTaskAdmin
 from django_outbox.admin_messages import OutboxMessageAdmin
 from django_outbox.admin_overview import OverviewAdmin
+from django_outbox.admin_paging import recent_values_filter
 from django_outbox.admin_rows import RowAction, RowActionsAdmin
 from django_outbox.admin_workflows import WorkflowAdmin, admin_link, letter_workflow
 from django_outbox.dead_letters import discard_letters, requeue_letters
@@ -65,9 +66,13 @@ class DeadLetterAdmin(RowActionsAdmin):
     # about 630 pixels. The task id, retries and first failure are on a letter's page
     # (and the task id on hover over the name).
     list_display = ("name", "status", "exception", "short_message", "failed")
-    list_filter = ("status", "task_name", "exception_type", "failed_at")
+    list_filter = (
+        "status",
+        recent_values_filter("task_name", "task name"),
+        recent_values_filter("exception_type", "exception type"),
+        "failed_at",
+    )
     search_fields = ("task_id", "exception_message")
-    date_hierarchy = "failed_at"
     ordering = ("-failed_at", "-id")
     actions = ("requeue_selected", "discard_selected")
     change_list_template = "admin/django_outbox/outbox_change_list.html"

@@ -27,6 +27,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 
 from django_outbox.admin_actions import UserMessage
+from django_outbox.admin_paging import BoundedPaginator
 
 #: Characters of a deferred text column a changelist loads to show its first line.
 HEAD_CHARS = 320
@@ -54,6 +55,9 @@ class SlimChangeList(ChangeList):
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """No add, change or delete: rows change only through the actions."""
 
+    #: Counts bounded, estimated beyond (:mod:`django_outbox.admin_paging`).
+    paginator = BoundedPaginator
+    show_full_result_count = False
     #: Columns a changelist never loads (large, shown on the detail page only).
     list_deferred: tuple[str, ...] = ()
     #: ``{attribute: column}``: the first :data:`HEAD_CHARS` characters of a deferred

@@ -16,6 +16,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from django_outbox.admin_base import ReadOnlyAdmin, preformatted
+from django_outbox.admin_paging import recent_values_filter
 from django_outbox.models import CompletedTask
 
 
@@ -24,10 +25,9 @@ class CompletedTaskAdmin(ReadOnlyAdmin):
     """Atomic tasks that committed: find a task id, see when it ran and what it returned."""
 
     list_display = ("task_id", "task_name", "completed_at")
-    list_filter = ("task_name", "completed_at")
+    list_filter = (recent_values_filter("task_name", "task name"), "completed_at")
     search_fields = ("task_id",)
     search_help_text = _("An exact task id.")
-    date_hierarchy = "completed_at"
     ordering = ("-completed_at", "-id")
     show_full_result_count = False
     list_deferred = ("result",)

@@ -33,6 +33,7 @@ from django_outbox.admin_base import (
     pretty_json,
     short_time,
 )
+from django_outbox.admin_paging import recent_values_filter
 from django_outbox.admin_rows import RowAction, RowActionsAdmin
 from django_outbox.cancelling import cancel_messages
 from django_outbox.models import OutboxMessage, OutboxMessageQuerySet
@@ -113,7 +114,7 @@ class OutboxMessageAdmin(RowActionsAdmin):
     # Five compact columns (about 630 pixels are left at 1280 x 800); the row id, task id
     # and creation time are on the row's page (the task id on hover over the name).
     list_display = ("name", "status", "attempts", "due", "short_error")
-    list_filter = ("status", "task_name")
+    list_filter = ("status", recent_values_filter("task_name", "task name"))
     search_fields = ("task_id",)
     ordering = ("-id",)
     actions = ("publish_now", "reset_failed", "cancel_selected")

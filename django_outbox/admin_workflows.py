@@ -31,6 +31,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_outbox._compat import instance_alias
 from django_outbox.admin_base import ReadOnlyAdmin
+from django_outbox.admin_paging import recent_values_filter
 from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage, Workflow
 
 #: Rows of each kind of step a workflow page shows.
@@ -108,10 +109,9 @@ class WorkflowAdmin(ReadOnlyAdmin):
 
     # Compact columns: the list stays readable at 1280 px beside the navigation and filters.
     list_display = ("root", "dotted_name", "status", "progress", "created", "finished")
-    list_filter = ("status", "name")
+    list_filter = ("status", recent_values_filter("name", "name"), "created_at")
     search_fields = ("root_id",)
     search_help_text = _("An exact root id.")
-    date_hierarchy = "created_at"
     ordering = ("-created_at", "-id")
     readonly_fields = (
         "root_id",

@@ -160,3 +160,33 @@ def test_an_action_on_the_slim_list_still_works(client: Client) -> None:
     assert response.status_code == 200
     letter.refresh_from_db()
     assert letter.status == "discarded"
+
+
+def test_a_list_counts_to_its_bound_and_says_when_it_estimates(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_outbox import admin_paging
+
+    for n in range(5):
+        make_letter(task_name=f"tasks.t{n % 2}")
+    assert "5 dead letters" in client.get(LETTERS).content.decode()
+
+    monkeypatch.setattr(admin_paging, "EXACT_UP_TO", 3)
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get(LETTERS).content.decode()
+    counts = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert counts
+    assert all("LIMIT 4" in sql for sql in counts), counts  # never the whole table
+    estimated = "about " if connection.vendor == "postgresql" else "more than 3"
+    assert estimated in page
+    assert "5 dead letters" not in page
+
+
+def test_a_value_filter_offers_the_values_of_recent_rows_and_filters(client: Client) -> None:
+    make_letter(task_name="tasks.old")
+    make_letter(task_name="tasks.new")
+    page = client.get(LETTERS).content.decode()
+    assert "?task_name=tasks.old" in page
+    assert "?task_name=tasks.new" in page
+    filtered = client.get(LETTERS, {"task_name": "tasks.old"}).content.decode()
+    assert "1 dead letter" in filtered
