@@ -32,8 +32,10 @@ def outbox_messages(task: Any, count: int) -> list[Any]:
 def seed_outbox(task: Any, count: int) -> list[str]:
     """Insert ``count`` pending rows of ``task(i)``; their task ids, in order."""
     from django_outbox.models import OutboxMessage
+    from django_outbox.store.clocks import clock_of
     from django_outbox.store.rows import new_message as new_row
 
-    messages = outbox_messages(task, count)
-    OutboxMessage.objects.bulk_create([new_row(m) for m in messages], batch_size=2000)
+    messages, now = outbox_messages(task, count), clock_of("default")()
+    rows = [new_row(m, created_at=now) for m in messages]
+    OutboxMessage.objects.bulk_create(rows, batch_size=2000)
     return [m.task_id for m in messages]

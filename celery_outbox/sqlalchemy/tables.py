@@ -91,6 +91,9 @@ def _outbox_table(metadata: MetaData) -> Table:
         Column("published_at", UTCDateTime, nullable=True),
         Index("celery_outbox_due_idx", "status", "available_at"),
         Index("celery_outbox_task_id_idx", "task_id"),
+        # Row ids are never reused on SQLite either (as Django's AUTOINCREMENT tables):
+        # an id names one row for ever, so a late mark of a deleted row hits nothing.
+        sqlite_autoincrement=True,
     )
     pending = table.c.status == MessageStatus.PENDING.value
     Index(

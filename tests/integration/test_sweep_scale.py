@@ -106,8 +106,10 @@ def test_an_empty_sweep_over_a_million_kept_rows_uses_an_index(
 
     seen = _statements_of(engine, sweeper.sweep)
     # The first sweep also reads and writes the sweep record (one row, its own table).
-    statements = [s for s in seen if "celery_outbox_sweep" not in s[0]]
-    assert len(seen) - len(statements) <= 2
+    # It reads the database's clock too (once per 30 s: celery_outbox.database_clock).
+    clock = [s for s in seen if s[0].startswith("SELECT now()")]
+    statements = [s for s in seen if "celery_outbox_sweep" not in s[0] and s not in clock]
+    assert len(seen) - len(statements) - len(clock) <= 2
     timings = _timings(sweeper.sweep, runs=30)
     plan = _explain(engine, *statements[0])
 

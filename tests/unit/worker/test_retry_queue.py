@@ -90,6 +90,7 @@ def test_a_retry_parked_because_its_eta_publish_failed_is_stored_for_the_retry_q
 ) -> None:
     app.conf.broker_write_url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
     app.conf.outbox_publish_timeout = 0.2
+    install_store(app, store)  # again: settings changed after the fixture installed it
     retries = f"{queue_name}-retries"
     schedule_retry(
         app.tasks[TASK],
