@@ -14,8 +14,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-#: Counts a metrics scrape makes exactly; above it, the planner's estimate.
+#: Counts a page of the admin makes exactly; above it, the planner's estimate.
 EXACT_UP_TO = 10_000
+#: Counts a metrics scrape makes exactly (a scrape comes every few seconds: a tenth of
+#: the admin's bound); above it, the planner's estimate.
+SCRAPE_EXACT_UP_TO = 1_000
 #: The ``WHERE`` of an estimate of the parked rows: those due later (pending rows are
 #: the only ones with a due time ahead, in practice).
 DUE_LATER = "available_at > now()"

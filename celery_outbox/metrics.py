@@ -40,7 +40,7 @@ except ImportError as exc:  # the one guarded import: the extra is optional
     ) from exc
 
 from celery_outbox import metric_counters
-from celery_outbox.estimates import EXACT_UP_TO
+from celery_outbox.estimates import SCRAPE_EXACT_UP_TO
 from celery_outbox.exceptions import StoreError
 from celery_outbox.monitoring import Backlog
 from celery_outbox.registry import store_for
@@ -121,7 +121,7 @@ class OutboxCollector(Collector):
         app: Celery,
         *,
         aliases: Sequence[str | None] | None = None,
-        exact_up_to: int | None = EXACT_UP_TO,
+        exact_up_to: int | None = SCRAPE_EXACT_UP_TO,
     ) -> None:
         self.app = app
         self.aliases = None if aliases is None else list(aliases)

@@ -143,10 +143,28 @@ def publishing(
 def _publish_span(
     headers: dict[str, Any], parent: Any, attributes: dict[str, str | float]
 ) -> Iterator[None]:
-    tracer = trace.get_tracer(__name__)
-    with tracer.start_as_current_span(
+    # Not made current: only the message carries it (no context attach per publish).
+    span = _tracer().start_span(
         PUBLISH_SPAN, context=parent, kind=trace.SpanKind.PRODUCER, attributes=attributes
-    ) as span:
+    )
+    try:
         if span.get_span_context().is_valid:
-            propagate.inject(headers)
+            propagate.inject(headers, context=trace.set_span_in_context(span, parent))
         yield
+    except BaseException as exc:
+        span.record_exception(exc)
+        span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+        raise
+    finally:
+        span.end()
+
+
+def _tracer() -> Any:
+    """This module's tracer (a proxy until a tracer provider is set, then that one's)."""
+    global _TRACER
+    if _TRACER is None:
+        _TRACER = trace.get_tracer(__name__)
+    return _TRACER
+
+
+_TRACER: Any = None
