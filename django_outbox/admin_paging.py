@@ -45,10 +45,9 @@ def recent_values_filter(field: str, title: str) -> type[admin.SimpleListFilter]
         parameter_name = field
 
         def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-            newest = model_admin.get_queryset(request).order_by("-pk")[:RECENT_ROWS]
-            values = model_admin.model.objects.using(newest.db).filter(pk__in=newest.values("pk"))
-            found = values.order_by(field).values_list(field, flat=True).distinct()
-            return [(value, value) for value in found]
+            rows = model_admin.get_queryset(request).order_by("-pk")
+            newest = rows.values_list(field, flat=True)[:RECENT_ROWS]  # along the primary key
+            return [(value, value) for value in sorted(set(newest))]
 
         def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
             value = self.value()
