@@ -11,13 +11,14 @@ An estimate is always marked (``exact`` is false) and the page says so.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from django.db import connections
 from django.db.models import QuerySet
+
+from celery_outbox.estimates import plan_rows
 
 #: Rows read per hour of a chart at most.
 HOUR_SAMPLE = 1000
@@ -85,9 +86,7 @@ def planner_estimate(rows: QuerySet[Any]) -> int | None:
     sql, params = rows.order_by().values("pk").query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
-        plan = cursor.fetchone()[0]
-    document = json.loads(plan) if isinstance(plan, str) else plan
-    return int(document[0]["Plan"]["Plan Rows"])
+        return plan_rows(cursor.fetchone()[0])
 
 
 def hour_starts(now: datetime, hours: int = HOURS) -> list[datetime]:
