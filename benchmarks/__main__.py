@@ -68,6 +68,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--admin-letters", type=int, default=100_000, help="admin pages: dead letters (100,000)"
     )
+    parser.add_argument(
+        "--admin-completed",
+        type=int,
+        default=1_000_000,
+        help="admin pages: completed atomic tasks (1,000,000)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
     parser.add_argument("--json", type=Path, default=None, help="output (results/latest.json)")
     args = parser.parse_args(argv)
@@ -77,7 +83,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.warm_up, args.failing, args.atomic_tasks = 100, 2, 50
         args.chains, args.scrape_rows, args.storm = 10, 3000, 20
         args.parked_rows = 3000
-        args.admin_rows, args.admin_letters = 3000, 300
+        args.admin_rows, args.admin_letters, args.admin_completed = 3000, 300, 3000
     return args
 
 
@@ -128,7 +134,12 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     if name == "scrape":
         return scrape.run(rows=args.scrape_rows, rounds=args.rounds)
     if name == "admin_pages":
-        return admin_pages.run(rows=args.admin_rows, letters=args.admin_letters, rounds=args.rounds)
+        return admin_pages.run(
+            rows=args.admin_rows,
+            letters=args.admin_letters,
+            completed=args.admin_completed,
+            rounds=args.rounds,
+        )
     return peer.run(rows=args.rows, rounds=max(1, min(args.rounds, 2)))
 
 

@@ -4,7 +4,12 @@ The outbox table holds ``rows`` rows (85 % published rows kept by
 ``outbox_keep_published``, published over the last two days; 14 % parked retries due over
 the next month; 1 % failed; 0.1 % due), beside ``letters`` dead letters (90 % ``dead``,
 failed over the last week, 20 tasks x 5 exception types, a 1.5 kB traceback each) and
-``rows / 20`` workflows, all written by ``INSERT ... SELECT generate_series`` (not timed),
+``rows / 20`` workflows and ``completed`` completed atomic tasks (one per run, kept
+``outbox_keep_completed``, 7 days: completed over the last 7 days, a uuid task id each,
+half with a small result; the newest :data:`WORKFLOW_STEPS` per workflow are the
+workflows' done steps); the parked rows and half the dead letters are steps of the first
+:data:`STEPPED` workflows (the timed one, ``root-1``, has more pending steps than its page
+shows), all written by ``INSERT ... SELECT generate_series`` (not timed),
 then ``VACUUM ANALYZE``. A superuser then gets each admin page through Django's test
 client (the whole request: middleware, session, queries, template), with the overview's
 publish chart on (``outbox_keep_published`` is set for the run).
@@ -29,9 +34,13 @@ RENDERS = 10
 TARGET_MS = 300.0
 #: Share of the dead letters still ``dead``.
 DEAD_SHARE = 0.9
+#: Workflows with steps: the parked rows' (and every other dead letter's) root ids.
+STEPPED = 1000
+#: Completed atomic steps per workflow (a seeded workflow has ``steps_total`` 3).
+WORKFLOW_STEPS = 3
 
 
-def seed_statements(rows: int, letters: int) -> list[str]:
+def seed_statements(rows: int, letters: int, completed: int) -> list[str]:
     """SQL writing the rows of the module's docstring."""
     parked, failed, due = int(rows * PARKED), int(rows * FAILED), max(1, int(rows * DUE))
     published = rows - parked - failed - due
@@ -45,7 +54,13 @@ def seed_statements(rows: int, letters: int) -> list[str]:
             f"now() - interval '2 days' + g * (interval '2 days' / {spread}) + interval '20 ms'",
         ),
         _outbox(
-            parked, "pending", "parked", "now() + (1 + g % 43200) * interval '1 minute'", "NULL"
+            parked,
+            "pending",
+            "parked",
+            "now() + (1 + g % 43200) * interval '1 minute'",
+            "NULL",
+            f"jsonb_build_object('headers', jsonb_build_object('retries', 2, "
+            f"'root_id', 'root-' || (1 + g % {STEPPED})))",
         ),
         _outbox(failed, "failed", "failed", "now() - interval '1 day'", "NULL"),
         _outbox(due, "pending", "due", "now() - interval '1 second'", "NULL"),
@@ -54,7 +69,10 @@ def seed_statements(rows: int, letters: int) -> list[str]:
             exception_type, exception_message, traceback, retries, first_failed_at,
             failed_at, status, requeued_at, requeued_by, requeued_task_id)
         SELECT 'letter-' || g, 'shop.tasks.task_' || (g % 20),
-            ('[' || g || ', "order"]')::jsonb, '{{"attempt": 3}}', '{{"queue": "celery"}}',
+            ('[' || g || ', "order"]')::jsonb, '{{"attempt": 3}}',
+            CASE WHEN g % 2 = 0 THEN jsonb_build_object('queue', 'celery', 'canvas',
+                jsonb_build_object('root_id', 'root-' || (1 + g / 2 % {STEPPED})))
+                ELSE '{{"queue": "celery"}}' END,
             'shop.errors.Error' || (g % 7 % 5),
             'order ' || g || ' failed: the provider answered 503 Service Unavailable',
             repeat('  File "shop/tasks.py", line 42, in run\\n    provider.send()\\n', 25),
@@ -72,32 +90,60 @@ def seed_statements(rows: int, letters: int) -> list[str]:
             3, 3, now() - g * interval '1 s', now(), NULL
         FROM generate_series(1, {max(1, rows // 20)}) AS g
         """,
+        _completed(completed, workflows=max(1, rows // 20)),
     ]
 
 
-def _outbox(count: int, status: str, prefix: str, available_at: str, published_at: str) -> str:
+def _completed(count: int, *, workflows: int) -> str:
+    # the newest rows are the workflows' steps (the workflows were created in the last
+    # rows / 20 seconds); md5(...)::uuid gives each a uuid task id, as Celery's are
+    steps = min(count, WORKFLOW_STEPS * workflows)
+    spread = max(1, count)
+    return f"""
+    INSERT INTO celery_outbox_completedtask (task_id, task_name, completed_at, result, root_id)
+    SELECT md5('done-' || g)::uuid::text, 'shop.tasks.charge_' || (g % 10),
+        now() - interval '7 days' + g * (interval '7 days' / {spread}),
+        CASE WHEN g % 2 = 0 THEN '{{"order": ' || g || ', "charged": true}}' END,
+        CASE WHEN g > {count - steps} THEN 'root-' || (1 + ({count} - g) % {workflows}) END
+    FROM generate_series(1, {count}) AS g
+    """
+
+
+def _outbox(
+    count: int,
+    status: str,
+    prefix: str,
+    available_at: str,
+    published_at: str,
+    options: str = """'{"headers": {"retries": 2}}'""",
+) -> str:
     return f"""
     INSERT INTO celery_outbox_message (task_id, task_name, payload, options, status,
         available_at, attempts, last_error, locked_until, created_at, published_at)
     SELECT '{prefix}-' || g, 'shop.tasks.task_' || (g % 20), '[[1], {{}}, {{}}]',
-        '{{"headers": {{"retries": 2}}}}', '{status}', {available_at}, 0, '', NULL,
+        {options}, '{status}', {available_at}, 0, '', NULL,
         now() - interval '2 days', {published_at}
     FROM generate_series(1, {count}) AS g
     """
 
 
-def seed(rows: int, letters: int) -> None:
+def seed(rows: int, letters: int, completed: int) -> None:
     """Empty the tables and write the rows (autocommit), then ``VACUUM ANALYZE``."""
     from django.db import connection
 
-    from celery_outbox.records import DEAD_LETTER_TABLE, OUTBOX_TABLE, WORKFLOW_TABLE
+    from celery_outbox.records import (
+        COMPLETED_TABLE,
+        DEAD_LETTER_TABLE,
+        OUTBOX_TABLE,
+        WORKFLOW_TABLE,
+    )
 
     env.reset_outbox()
     with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {WORKFLOW_TABLE}")
-        for statement in seed_statements(rows, letters):
+        cursor.execute(f"TRUNCATE {WORKFLOW_TABLE}, {COMPLETED_TABLE}")
+        for statement in seed_statements(rows, letters, completed):
             cursor.execute(statement)
-        for table in (OUTBOX_TABLE, DEAD_LETTER_TABLE, WORKFLOW_TABLE):
+        for table in (OUTBOX_TABLE, DEAD_LETTER_TABLE, WORKFLOW_TABLE, COMPLETED_TABLE):
             cursor.execute(f"VACUUM ANALYZE {table}")
 
 
@@ -105,15 +151,17 @@ def pages() -> dict[str, str]:
     """``{page: URL}`` of every admin page timed."""
     from django.urls import reverse
 
-    from django_outbox.models import DeadLetter, OutboxMessage, Workflow
+    from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage, Workflow
 
     letter = DeadLetter.objects.filter(status="dead").order_by("-id").only("id").first()
     # the row due last: no sweep publishes (and deletes) it while the pages are timed
     pending = OutboxMessage.objects.filter(status="pending")
     row = pending.order_by("-available_at").only("id").first()
-    workflow = Workflow.objects.order_by("-id").only("id").first()
-    if letter is None or row is None or workflow is None:
-        raise RuntimeError("the seed wrote no dead letter, pending row or workflow")
+    workflow = Workflow.objects.filter(root_id="root-1").only("id").first()
+    # the newest: the last a sweep would purge
+    done = CompletedTask.objects.order_by("-id").only("id").first()
+    if letter is None or row is None or workflow is None or done is None:
+        raise RuntimeError("the seed wrote no dead letter, pending row, workflow or completed task")
     admin = "admin:django_outbox_"
     return {
         "overview": reverse(admin + "overview_changelist"),
@@ -123,6 +171,8 @@ def pages() -> dict[str, str]:
         "outbox message page": reverse(admin + "outboxmessage_change", args=[row.pk]),
         "workflow list": reverse(admin + "workflow_changelist"),
         "workflow page": reverse(admin + "workflow_change", args=[workflow.pk]),
+        "completed task list": reverse(admin + "completedtask_changelist"),
+        "completed task page": reverse(admin + "completedtask_change", args=[done.pk]),
     }
 
 
@@ -144,7 +194,7 @@ def _check(response: Any, url: str) -> None:
         raise RuntimeError(f"GET {url}: {response.status_code}\n{response.content[:2000]!r}")
 
 
-def run(*, rows: int, letters: int, rounds: int) -> list[dict[str, Any]]:
+def run(*, rows: int, letters: int, completed: int, rounds: int) -> list[dict[str, Any]]:
     """One result row per page: the p50 and p99 of ``rounds`` x :data:`RENDERS` renders."""
     from django.contrib.auth.models import User
     from django.test import Client
@@ -153,7 +203,7 @@ def run(*, rows: int, letters: int, rounds: int) -> list[dict[str, Any]]:
     from celery_outbox.config import OutboxConfig
     from celery_outbox.state import state_of
 
-    seed(rows, letters)
+    seed(rows, letters, completed)
     state = state_of(app)
     kept = replace(OutboxConfig.from_celery(app), keep_published=timedelta(days=7))
     previous, state.config = state.config, kept
@@ -170,7 +220,8 @@ def run(*, rows: int, letters: int, rounds: int) -> list[dict[str, Any]]:
             results.append(
                 {
                     "benchmark": "admin pages",
-                    "case": f"{page} ({rows:,} outbox rows, {letters:,} letters)",
+                    "case": f"{page} ({rows:,} outbox rows, {letters:,} letters, "
+                    f"{completed:,} completed)",
                     "unit": "ms",
                     "rounds": rounds,
                     "p50": median(times),

@@ -19,8 +19,17 @@ from benchmarks.stats import median, ratio
 
 #: A business table: what a real transaction writes besides the task.
 ORDERS = "celery_outbox_bench_order"
-#: (case name, tasks per transaction, with a business write, target ratio).
-CASES = (("1/txn", 1, False, 0.6), ("100/txn", 100, False, 1.0), ("1/txn + write", 1, True, None))
+#: (case name, tasks per transaction, with a business write, target ratio, outbox side's way).
+#: The plain side always calls ``apply_async`` once per task. ``group``: the outbox side
+#: dispatches each transaction's tasks as one ``group([...])``; ``batched``: its ``delay``
+#: loop runs in ``celery_outbox.batched_dispatch()`` (both: one multi-row INSERT).
+CASES = (
+    ("1/txn", 1, False, 0.6, "each"),
+    ("100/txn", 100, False, 1.0, "each"),
+    ("1/txn + write", 1, True, None, "each"),
+    ("100/txn group", 100, False, 1.2, "group"),
+    ("100/txn batched", 100, False, 1.2, "batched"),
+)
 
 
 def _create_orders() -> None:
@@ -38,21 +47,31 @@ def _write(i: int) -> None:
         cursor.execute(f"INSERT INTO {ORDERS} (n) VALUES (%s)", [i])
 
 
-def _round(outbox: bool, tasks: int, per_txn: int, write: bool) -> float:
+def _round(outbox: bool, tasks: int, per_txn: int, write: bool, way: str = "each") -> float:
+    from celery import group
     from django.db import transaction
 
     from benchmarks.app import outbox_noop, plain_noop
+    from celery_outbox import batched_dispatch
 
     started = time.perf_counter()
     for first in range(0, tasks, per_txn):
         with transaction.atomic():
             if write:
                 _write(first)
-            for i in range(first, first + per_txn):
-                if outbox:
-                    outbox_noop.delay(i)
-                else:
+            numbers = range(first, first + per_txn)
+            if not outbox:
+                for i in numbers:
                     plain_noop.apply_async((i,))
+            elif way == "group":
+                group([outbox_noop.s(i) for i in numbers]).apply_async()
+            elif way == "batched":
+                with batched_dispatch(app=outbox_noop.app):
+                    for i in numbers:
+                        outbox_noop.delay(i)
+            else:
+                for i in numbers:
+                    outbox_noop.delay(i)
     return tasks / (time.perf_counter() - started)
 
 
@@ -63,13 +82,14 @@ def run(*, tasks: int, rounds: int) -> list[dict[str, Any]]:
     _create_orders()
     _round(False, 200, 100, True)  # warm-up: connections, imports, caches
     _round(True, 200, 100, True)
+    _round(True, 200, 100, False, "group")
     rows = []
-    for case, per_txn, write, target in CASES:
+    for case, per_txn, write, target, way in CASES:
         count = max(per_txn, tasks // per_txn * per_txn)
         plain, ours = [], []
         for _ in range(rounds):
             plain.append(_round(False, count, per_txn, write))
-            ours.append(_round(True, count, per_txn, write))
+            ours.append(_round(True, count, per_txn, write, way))
             env.purge_broker()
         rows.append(
             {

@@ -99,6 +99,12 @@ def _worker_round(on: bool, tasks: int) -> float:
         env.purge_broker()
 
 
+def _order(index: int) -> tuple[bool, bool]:
+    """Which side runs first in round ``index``: off first in even rounds, on first in
+    odd ones, so neither side always runs on the tables and broker the other just used."""
+    return (False, True) if index % 2 == 0 else (True, False)
+
+
 def _row(case: str, unit: str, tasks: int, off: list[float], on: list[float]) -> dict[str, Any]:
     return {
         "benchmark": "observability",
@@ -126,15 +132,15 @@ def run(*, tasks: int, worker_tasks: int, rounds: int) -> list[dict[str, Any]]:
     for case, per_txn, write in ENQUEUE_CASES:
         count = max(per_txn, tasks // per_txn * per_txn)
         off, on = [], []
-        for _ in range(rounds):
-            off.append(_enqueue(False, count, per_txn, write))
-            on.append(_enqueue(True, count, per_txn, write))
+        for index in range(rounds):
+            for observing in _order(index):
+                (on if observing else off).append(_enqueue(observing, count, per_txn, write))
             env.purge_broker()
         rows.append(_row(case, "tasks/s", count, off, on))
     off, on = [], []
-    for _ in range(rounds):
-        off.append(_worker_round(False, worker_tasks))
-        on.append(_worker_round(True, worker_tasks))
+    for index in range(rounds):
+        for observing in _order(index):
+            (on if observing else off).append(_worker_round(observing, worker_tasks))
     rows.append(_row("worker, each task retried once", "tasks/s", worker_tasks, off, on))
     env.reset_outbox()
     return rows

@@ -21,9 +21,10 @@ from benchmarks import env
 from benchmarks.processes import Child, start_worker, wait_until
 
 #: Tasks run before the baseline RSS is read: imports, connections and caches warmed.
-#: Celery's retry handling (``ExceptionInfo`` of recent ``Retry`` errors, on both sides)
-#: grows the heap for the first ~500 retries and then stays flat, so the baseline is
-#: read after 1,000.
+#: Plain Celery's tracer keeps each retried task's stack (and billiard's copy of its
+#: traceback) in a reference cycle until a full garbage collection, which grows the heap
+#: for the first ~500 retries and then stays flat, so the baseline is read after 1,000.
+#: ``OutboxTask`` frees it when the tracer returns (``celery_outbox.worker.retry_frames``).
 WARM_UP = 1000
 #: Seconds after the last first attempt before RSS is read (the last retries reach the
 #: worker or the table), and how many RSS samples are then read 0.3 s apart (the largest

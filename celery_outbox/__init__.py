@@ -9,11 +9,13 @@ of ``__all__`` is described in ``docs/api.md``; plumbing (``store_for``, ``relay
 from __future__ import annotations
 
 from celery_outbox.backoff import BackoffPolicy
+from celery_outbox.batching import batched_dispatch
 from celery_outbox.config import OutboxConfig
 from celery_outbox.dead_letters import discard, requeue
 from celery_outbox.exceptions import (
     ArgumentsMismatch,
     AtomicUnsupported,
+    BatchWriteError,
     DeadLetterDiscarded,
     NoStoreConfigured,
     OutboxConfigError,
@@ -40,6 +42,7 @@ __all__ = [
     "ArgumentsMismatch",
     "AtomicUnsupported",
     "BackoffPolicy",
+    "BatchWriteError",
     "DeadLetterDiscarded",
     "DeadLetterStatus",
     "MessageStatus",
@@ -60,6 +63,7 @@ __all__ = [
     "Sweeper",
     "TooManyDeliveries",
     "UnstorableResult",
+    "batched_dispatch",
     "discard",
     "install_store",
     "requeue",

@@ -14,13 +14,13 @@ name. (kombu, py-amqp and redis-py internals live in :mod:`celery_outbox.broker`
   subscribed). Celery reads ``producer.serializer`` and ``producer.connection`` (entering
   only ``_reraise_as_library_errors()``) and calls ``producer.publish(body, **kw)``.
 - :data:`REPLACED_TASK_NESTING`: the header counting ``Task.replace()`` hand-ons (0 first).
-- :func:`delivered_headers`: Celery's request (``Context``) holds each delivered header
-  as an attribute (OpenTelemetry's Celery instrumentation reads them there too).
+- :func:`delivered_headers`: Celery's request (``Context``) holds each delivered header as
+  an attribute (OpenTelemetry's Celery instrumentation reads them there too).
 - :func:`successors` / :func:`forget_successors`: the request's ``callbacks`` and ``chain``
   (Celery's tracer dispatches them after the task returned).
 - :func:`install_canvas_hooks`: wraps ``chord.run`` (it calls ``app.backend.apply_chord``
-  once, before the header, else only reads ``app.conf``), ``group.apply_async`` (its
-  ``root_id`` becomes every member's root) and reads ``regen``'s "done" flag.
+  once, before the header, else only reads ``app.conf``), ``group.apply_async`` (its root_id
+  becomes every member's root; it calls each member's ``apply_async``: batched), ``regen``.
 """
 
 from __future__ import annotations
@@ -67,8 +67,7 @@ class _CapturingProducer:
     """Stands in for a kombu ``Producer``: keeps the message Celery built."""
 
     def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-        self.serializer: str | None = None
+        self.connection, self.serializer = connection, cast("str | None", None)
         self.body: Any = None
         self.kwargs: dict[str, Any] = {}
 
@@ -111,8 +110,8 @@ def capture_message(
 
 def delivered_headers(request: Any, names: Iterable[str]) -> dict[str, str]:
     """The text headers ``names`` of the message the running ``request`` delivered."""
-    found = {name: getattr(request, name, None) for name in names}
-    return {name: value for name, value in found.items() if isinstance(value, str)}
+    found = ((name, getattr(request, name, None)) for name in names)
+    return {name: value for name, value in found if isinstance(value, str)}
 
 
 def successors(request: Any) -> tuple[list[Any], list[Any]]:
@@ -122,8 +121,7 @@ def successors(request: Any) -> tuple[list[Any], list[Any]]:
 
 def forget_successors(request: Any) -> None:
     """Make the tracer dispatch no callbacks and no next chain step for ``request``."""
-    request.callbacks = None
-    request.chain = None
+    request.callbacks = request.chain = None
 
 
 # -- canvas: the root of a top-level group or chord, and chord joins -----------------
@@ -148,6 +146,8 @@ class CanvasHooks:
     opening: Callable[[Celery, str, list[Any]], AbstractContextManager[None]]
     #: The context of a canvas left to Celery (:func:`drawn_lazily`): opens no workflow.
     uncounted: Callable[[], AbstractContextManager[None]]
+    #: The context of a group's dispatch: its members' rows are written at its end, at once.
+    batching: Callable[[], AbstractContextManager[None]]
 
 
 _ORIGINAL_CHORD_RUN = chord.run
@@ -171,7 +171,7 @@ def install_canvas_hooks(hooks: CanvasHooks) -> None:
     - A chain whose chords (held, or groups it upgrades to chords) all have
       ``hooks.joined_header`` is prepared without a result backend: within Celery's
       ``chain.prepare_steps``, ``DisabledBackend.ensure_chords_allowed()`` allows them.
-    - A group or chord whose tasks are :func:`drawn_lazily` is Celery's alone.
+    - A group or chord :func:`drawn_lazily` is Celery's alone; others are ``hooks.batching``.
     """
     global _hooks
     _hooks = hooks
@@ -231,19 +231,22 @@ def _at_top(app: Celery) -> bool:
 
 def _group_apply_async(self: group, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
     app = self.app
-    if _hooks is None or not _at_top(app):
+    if _hooks is None:
         return _ORIGINAL_GROUP_APPLY_ASYNC(self, args, kwargs, **options)
-    if drawn_lazily(self.tasks):
-        with _hooks.uncounted():
+    if drawn_lazily(self.tasks):  # dispatched as Celery draws it: not counted, not batched
+        with _hooks.uncounted() if _at_top(app) else nullcontext():
             return _ORIGINAL_GROUP_APPLY_ASYNC(self, args, kwargs, **options)
-    root_id = options.get("root_id") or self.options.get("root_id")
-    if not root_id:
-        root_id = self.options.get("task_id") or options.get("task_id") or uuid()
-        if "task_id" not in self.options:
-            options["task_id"] = root_id
-        options["root_id"] = root_id
-    with _hooks.opening(app, str(root_id), [self, *(options.get("chain") or ())]):
-        return _ORIGINAL_GROUP_APPLY_ASYNC(self, args, kwargs, **options)
+    with _hooks.batching():  # the members' rows: one INSERT when the group is dispatched
+        if not _at_top(app):
+            return _ORIGINAL_GROUP_APPLY_ASYNC(self, args, kwargs, **options)
+        root_id = options.get("root_id") or self.options.get("root_id")
+        if not root_id:
+            root_id = self.options.get("task_id") or options.get("task_id") or uuid()
+            if "task_id" not in self.options:
+                options["task_id"] = root_id
+            options["root_id"] = root_id
+        with _hooks.opening(app, str(root_id), [self, *(options.get("chain") or ())]):
+            return _ORIGINAL_GROUP_APPLY_ASYNC(self, args, kwargs, **options)
 
 
 def _chord_run(
@@ -269,10 +272,9 @@ def _chord_run(
     with opened:
         if open_join is None:
             return _ORIGINAL_CHORD_RUN(self, header, body, partial_args, app=app, **kw)
+        joined = cast(Any, _JoinApp(app, open_join))
         with _hooks.joining():
-            return _ORIGINAL_CHORD_RUN(
-                self, header, body, partial_args, app=cast(Any, _JoinApp(app, open_join)), **kw
-            )
+            return _ORIGINAL_CHORD_RUN(self, header, body, partial_args, app=joined, **kw)
 
 
 class _JoinBackend:
@@ -282,8 +284,7 @@ class _JoinBackend:
         self._backend, self._open_join = backend, open_join
 
     def apply_chord(self, header_result_args: Any, body: Signature[Any], **kwargs: Any) -> None:
-        group_id, results = header_result_args
-        self._open_join(group_id, [result.id for result in results], body)
+        self._open_join(header_result_args[0], [r.id for r in header_result_args[1]], body)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)

@@ -8,18 +8,21 @@ timeout ends the pass, and a connection that failed is dropped without talking t
 broker again.
 
 This module is the one place that leans on kombu's and py-amqp's internals (transport
-option names, the py-amqp socket); ``tests/unit/test_broker.py`` fails loudly when an
-upgrade moves them.
+option names, the py-amqp socket, the publisher confirms of a py-amqp channel:
+:class:`Confirms`); ``tests/unit/test_broker.py`` fails loudly when an upgrade moves them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
+import amqp
 from celery import Celery
 from kombu import Connection
 
@@ -199,3 +202,98 @@ def close(conn: Connection, deadline: Deadline) -> None:
         conn.release()
     except Exception:  # noqa: BLE001 - a connection that cannot say goodbye is dropped
         discard(conn)
+
+
+class Confirms:
+    """The publisher confirms of one new py-amqp channel, so that many publishes wait once.
+
+    RabbitMQ numbers a channel's publishes 1, 2, 3... from its ``confirm.select``, and
+    confirms each once, alone or with every earlier one (``multiple``). py-amqp counts
+    nothing (``basic_publish_confirm`` waits for whatever confirm comes next): this counts
+    the channel's every publish through its ``_basic_publish``, restarts at its
+    ``confirm_select``, and hears every ack and nack through its ``events``.
+    """
+
+    #: Why a row whose message the broker nacked was not published (a row's ``last_error``).
+    NACKED = "amqp.exceptions.MessageNacked: the broker nacked it (publisher confirms)"
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+        self.last_tag = 0  # the delivery tag of the channel's last publish
+        self._floor = 0  # every tag up to this one is confirmed (a ``multiple`` confirm)
+        self._first = 1  # the tag of the first publish of the last unawaited()
+        self._outcomes: list[bool | None] = []  # of each of its publishes (None: not yet)
+        publish, select = channel._basic_publish, channel.confirm_select
+
+        def counted_publish(*args: Any, **kwargs: Any) -> Any:
+            self.last_tag += 1  # if it raises, the connection is dropped with this count
+            return publish(*args, **kwargs)
+
+        def counted_select(*args: Any, **kwargs: Any) -> Any:
+            self.last_tag = self._floor = 0
+            return select(*args, **kwargs)
+
+        channel._basic_publish, channel.confirm_select = counted_publish, counted_select
+        channel.events["basic_ack"].add(partial(self._settle, acked=True))
+        channel.events["basic_nack"].add(partial(self._settle, acked=False))
+
+    @contextmanager
+    def unawaited(self) -> Iterator[None]:
+        """Within: the channel's publishes go out without waiting for their confirms
+        (:meth:`wait` waits for them all; :meth:`outcomes` tells them after an error)."""
+        channel = self.channel
+        self._outcomes = []
+        if not channel._confirm_selected:  # as basic_publish_confirm does
+            channel._confirm_selected = True
+            channel.confirm_select()
+        self._first = self.last_tag + 1
+
+        def publish(*args: Any, **kwargs: Any) -> None:
+            channel._basic_publish(*args, **kwargs)
+            self._outcomes.append(None)
+
+        confirming, channel.basic_publish = channel.basic_publish, publish
+        try:
+            yield
+        finally:
+            channel.basic_publish = confirming
+
+    def wait(self, deadline: Deadline) -> list[bool]:
+        """Wait until the broker confirmed every message :meth:`unawaited` sent, each
+        confirm renewing ``deadline``; whether it acked (True) or nacked each, in order.
+        After an error, drop the connection.
+
+        Raises
+        ------
+        PublishDeadlineError
+            No time is left.
+        Exception
+            Whatever the connection raised (a ``TimeoutError`` when it stalls).
+        """
+        while unsettled := self._outcomes.count(None):
+            self.channel.connection.drain_events(timeout=deadline.check())
+            if self._outcomes.count(None) < unsettled:
+                deadline.progressed()
+        settled, self._outcomes = [bool(acked) for acked in self._outcomes], []
+        return settled
+
+    def outcomes(self) -> list[bool | None]:
+        """Per publish of the :meth:`unawaited` not yet waited for, in order: whether the
+        broker acked (True) or nacked (False) it; None while unknown."""
+        return list(self._outcomes)
+
+    def _settle(self, tag: int, multiple: bool, *, acked: bool) -> None:
+        first = self._floor + 1 if multiple else tag
+        if multiple:
+            self._floor = max(self._floor, tag)
+        last = min(tag - self._first, len(self._outcomes) - 1)
+        for index in range(max(first - self._first, 0), last + 1):
+            if self._outcomes[index] is None:
+                self._outcomes[index] = acked
+
+
+def confirms(channel: Any) -> Confirms | None:
+    """A tracker of a new ``channel``'s confirms if it asks for them (py-amqp), else None."""
+    if isinstance(channel, amqp.Channel) and channel.connection.confirm_publish:
+        return Confirms(channel)
+    return None

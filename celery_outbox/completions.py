@@ -10,12 +10,13 @@ and must not run the body. The worker side is :mod:`celery_outbox.worker.atomic`
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 
 from celery_outbox.exceptions import AtomicUnsupported
-from celery_outbox.records import StoredCompletion
+from celery_outbox.records import NewMessage, StoredCompletion, StoredMessage
 
 
 @dataclass
@@ -70,6 +71,24 @@ class CompletionStore:
             When :meth:`atomic_problem` has a reason.
         """
         raise AtomicUnsupported(f"{self.atomic_problem(using)} (database {using!r}).")
+
+    def hand_on(
+        self,
+        message: NewMessage,
+        publish: Callable[[Sequence[StoredMessage]], object],
+        *,
+        using: str | None = None,
+    ) -> bool:
+        """Take ``message``, a successor an atomic run hands on at its end, to write with
+        the run's last writes (its row inserted as by ``add`` with no ``supersedes``, in
+        the same transaction, before the commit) and publish after the commit as by
+        ``defer_publish``; if the row is not written (a pending row has its task id),
+        nothing is published. ``False`` (the default): not taken, the caller adds it.
+
+        Only for a message no one needs the row id of before the commit (no
+        ``task_dispatched`` receiver), not superseding, born leased.
+        """
+        return False
 
     def completion(self, task_id: str, *, using: str | None = None) -> StoredCompletion | None:
         """The committed ``CompletedTask`` row of ``task_id``, or ``None``."""

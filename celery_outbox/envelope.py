@@ -247,6 +247,14 @@ def publish_body(payload: str, options: Mapping[str, Any]) -> bytes:
     return payload.encode(options.get("content_encoding") or "utf-8")
 
 
+def publish_headers(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The headers to publish a stored message with (a copy: the row's stay as stored)."""
+    headers = dict(options.get("headers") or {})
+    if "compression" in options:
+        headers["compression"] = options["compression"]
+    return headers
+
+
 def decode_body(
     payload: str,
     options: Mapping[str, Any],

@@ -83,3 +83,10 @@ class ChordTooLarge(OutboxConfigError):
 
 class JoinMissing(OutboxError):
     """A chord header step found no join row for its chord (purged, or on another database)."""
+
+
+class BatchWriteError(StoreError):
+    """The outbox rows a batch of dispatches collected could not be written when it ended.
+
+    A :class:`StoreError`, so code that catches a store outage around its transaction
+    catches a failed batch (or ``group(...)``) the same way as a failed single dispatch."""

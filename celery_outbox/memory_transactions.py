@@ -19,7 +19,7 @@ from celery_outbox.records import StoredMessage
 from celery_outbox.storage import PublishCallback, publisher_key
 
 
-@dataclass
+@dataclass(eq=False)  # a frame is its own identity (transaction tokens)
 class _Frame:
     """One open transaction or savepoint: what to restore, and what to run on commit."""
 
@@ -70,6 +70,11 @@ class MemoryTransactions:
             self._stack[-1].callbacks.append(callback)
         else:
             callback()
+
+    def token(self) -> Hashable | None:
+        """This thread's innermost open frame (``None``: no transaction)."""
+        stack = self._stack
+        return stack[-1] if stack else None
 
     def awaits(self, callback: Callable[[], None]) -> bool:
         """Whether ``callback`` waits in one of this thread's open frames."""

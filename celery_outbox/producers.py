@@ -1,27 +1,29 @@
-"""The publish pass: one broker connection, producer and bound queues per thread.
+"""The publish pass, through one broker connection per thread (:mod:`.broker_links`).
 
 :class:`Producers` sends rows exactly as they were built at call time, within one
 :class:`~celery_outbox.broker.Deadline` per pass (renewed only when the broker accepts a
-message), pipelined per part of ``outbox_sweep_batch_bytes`` where the transport can
-(Redis), message by message otherwise. It never loops on a broker that is down or
-stalled: it reports which rows reached the broker and why the others did not, and the
-relay records that. The transport internals live in :mod:`celery_outbox.broker`.
+message), a part of ``outbox_sweep_batch_bytes`` at once where the transport can
+(pipelined on Redis, confirmed with one wait on RabbitMQ), message by message otherwise.
+It never loops on a broker that is down or stalled: it reports which rows reached the
+broker and why the others did not, and the relay records that. The transport internals
+live in :mod:`celery_outbox.broker`.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from celery import Celery
 from kombu import Connection, Producer
 
 from celery_outbox import broker, tracing
 from celery_outbox.broker import Deadline
-from celery_outbox.envelope import publish_body
+from celery_outbox.broker_links import BrokerLinks
+from celery_outbox.envelope import publish_body, publish_headers
 from celery_outbox.records import NewMessage, StoredMessage
 from celery_outbox.storage import within_budget
 
@@ -53,9 +55,9 @@ class Producers:
         The wall clock (shortens a message's TTL by the time it waited in the outbox).
     """
 
-    #: Pipeline each part's messages where the transport can (Redis): one round trip
-    #: per part. False publishes message by message (crash tests that need a claim
-    #: half-published set it).
+    #: Publish each part's messages at once where the transport can (Redis: pipelined;
+    #: RabbitMQ: one wait for their confirms): one round trip per part. False publishes
+    #: message by message (crash tests that need a claim half-published set it).
     batch_publish: bool = True
 
     def __init__(
@@ -67,7 +69,7 @@ class Producers:
         clock: Callable[[], datetime],
     ) -> None:
         self.app, self.timeout, self.batch_bytes, self.clock = app, timeout, batch_bytes, clock
-        self._local = threading.local()
+        self._local = BrokerLinks(app)
 
     # -- passes ----------------------------------------------------------------------
     def send(self, messages: Sequence[StoredMessage], *, path: str) -> Sent:
@@ -99,39 +101,36 @@ class Producers:
         """Publish one message now; raise whatever the broker raised, within ``timeout``."""
         deadline = Deadline.after(self.timeout)
         try:
-            self.publish_one(self._producer(deadline), message, deadline, path=path)
+            self.publish_one(self._local.open(deadline), message, deadline, path=path)
         except Exception:
             self.discard()
             raise
 
     def connect(self) -> None:
         """Open this thread's connection now, within ``timeout`` (else on the first publish)."""
-        self._producer(Deadline.after(self.timeout))
+        self._local.open(Deadline.after(self.timeout))
 
     def close(self) -> None:
         """Release this thread's connection (each goodbye awaited at most ``timeout``)."""
-        conn = getattr(self._local, "connection", None)
-        self._local.connection = None
-        if conn is not None:
-            broker.close(conn, Deadline.after(self.timeout))
+        self._local.close(Deadline.after(self.timeout))
 
     def discard(self) -> None:
         """After a failure: drop the connection without waiting for a stalled broker."""
-        conn = getattr(self._local, "connection", None)
-        self._local.connection = None
-        if conn is not None:
-            broker.discard(conn)
+        self._local.discard()
 
     def _send_part(self, pending: Sequence[StoredMessage], path: str) -> Sent:
         # One deadline for the part, renewed only when the broker accepts a message: a
         # stalled broker costs one wait, not one per row.
         deadline = Deadline.after(self.timeout)
         try:
-            producer = self._producer(deadline)
+            producer = self._local.open(deadline)
         except Exception as exc:  # noqa: BLE001 - unreachable broker: every row waits
             self.discard()
             return Sent(failed={m.id: describe(exc) for m in pending})
-        if self.batch_publish and _batches(producer):
+        confirms = self._local.confirms
+        if self.batch_publish and confirms is not None and len(pending) > 1:
+            return self._publish_confirmed(producer, confirms, pending, deadline, path)
+        if self.batch_publish and self._local.pipelines:
             if len(pending) == 1:
                 return self._publish_single(producer, pending[0], deadline, path)
             return self._publish_batch(producer, pending, deadline, path)
@@ -146,10 +145,7 @@ class Producers:
         try:
             self.publish_one(producer, message, deadline, path=path)
         except Exception as exc:  # noqa: BLE001 - as a batch: once more, then the row waits
-            self.discard()
-            if broker.timed_out(exc):
-                return Sent(failed={message.id: describe(exc)})
-            return self._publish_each([message], deadline, path)
+            return self._fall_back([message], exc, deadline, path)
         return Sent(published=[message.id])
 
     def _publish_batch(
@@ -158,19 +154,75 @@ class Producers:
         # The transport pipelines (Redis): the whole part goes out in one round trip
         # instead of one per message. max_size keeps kombu from flushing part of it
         # early, so on any error nothing was sent, or the flush failed and delivery is
-        # uncertain: either way publish the rows again one by one (at least once), in
-        # the time the pass has left. A timeout means the broker stalls: no fallback.
+        # uncertain: either way the rows are published again one by one.
+        size = _COMMANDS_PER_MESSAGE * len(pending)
         try:
-            size = _COMMANDS_PER_MESSAGE * len(pending)
-            with producer.batch(max_size=size):  # type: ignore[attr-defined]
-                for message in pending:
-                    self.publish_one(producer, message, deadline, path=path)
+            pipeline = producer.batch(max_size=size)  # type: ignore[attr-defined]
+            with self._publishing_all(producer, pending, deadline, path, within=pipeline):
+                pass  # the pipeline is flushed when ``within`` ends
         except Exception as exc:  # noqa: BLE001 - fall back: each row succeeds or fails alone
-            self.discard()
-            if broker.timed_out(exc):
-                return Sent(failed={m.id: describe(exc) for m in pending})
-            return self._publish_each(pending, deadline, path)
+            return self._fall_back(pending, exc, deadline, path)
         return Sent(published=[m.id for m in pending])
+
+    def _publish_confirmed(
+        self,
+        producer: Producer,
+        confirms: broker.Confirms,
+        pending: Sequence[StoredMessage],
+        deadline: Deadline,
+        path: str,
+    ) -> Sent:
+        # Publisher confirms (RabbitMQ): the part goes out without waiting for confirms,
+        # then one wait for them all (RabbitMQ confirms many at once), not one round trip
+        # per message. A row is published once the broker acked its message, failed if
+        # it nacked it; after an error, the rows not acked are published again one by one.
+        try:
+            with self._publishing_all(
+                producer, pending, deadline, path, within=confirms.unawaited()
+            ):
+                acks = confirms.wait(deadline)
+        except Exception as exc:  # noqa: BLE001 - fall back: each row succeeds or fails alone
+            acked = [m.id for m, ok in zip(pending, confirms.outcomes(), strict=False) if ok]
+            rest = [m for m in pending if m.id not in set(acked)]
+            again = self._fall_back(rest, exc, deadline, path)
+            return Sent(published=acked + again.published, failed=again.failed)
+        outcomes = dict(zip((m.id for m in pending), acks, strict=True))
+        return Sent(
+            published=[id_ for id_, ok in outcomes.items() if ok],
+            failed={id_: broker.Confirms.NACKED for id_, ok in outcomes.items() if not ok},
+        )
+
+    @contextmanager
+    def _publishing_all(
+        self,
+        producer: Producer,
+        pending: Sequence[StoredMessage],
+        deadline: Deadline,
+        path: str,
+        within: AbstractContextManager[Any],
+    ) -> Iterator[None]:
+        # Publishes a part sent at once, within ``within`` (the pipeline, or no waits for
+        # confirms), in spans (tracing.publishing_batch) that end when the block does.
+        traced = [(publish_headers(m.options), m.available_at, m.task_name) for m in pending]
+        with tracing.publishing_batch(traced, path=path, clock=self.clock) as spanned:
+            with within:
+                for message, (headers, _, _), batched in zip(pending, traced, spanned, strict=True):
+                    if batched:  # its headers carry the batch's span
+                        self._publish(producer, message, headers, deadline)
+                    else:
+                        self.publish_one(producer, message, deadline, path=path)
+            yield
+
+    def _fall_back(
+        self, pending: Sequence[StoredMessage], exc: Exception, deadline: Deadline, path: str
+    ) -> Sent:
+        # After a part failed, whether its messages reached the broker is unknown: its
+        # rows are published again one by one (at least once) on a fresh connection, in
+        # the time the pass has left. A timeout means the broker stalls: they all wait.
+        self.discard()
+        if broker.timed_out(exc):
+            return Sent(failed={m.id: describe(exc) for m in pending})
+        return self._publish_each(pending, deadline, path)
 
     def _publish_each(
         self, pending: Sequence[StoredMessage], deadline: Deadline, path: str
@@ -178,7 +230,7 @@ class Producers:
         sent = Sent()
         for index, message in enumerate(pending):
             try:
-                producer = self._producer(deadline)
+                producer = self._local.open(deadline)
             except Exception as exc:  # noqa: BLE001 - unreachable broker: skip the rest
                 self.discard()
                 sent.failed.update((m.id, describe(exc)) for m in pending[index:])
@@ -201,11 +253,7 @@ class Producers:
     ) -> None:
         """Publish ``message`` as it was built, its socket waits bounded by ``deadline``,
         in the trace it was dispatched in (a ``celery_outbox.publish`` span of ``path``)."""
-        options = message.options
-        headers = dict(options.get("headers") or {})
-        if "compression" in options:
-            headers["compression"] = options["compression"]
-        timeout = broker.bound(self._local.connection, deadline)  # the producer's
+        headers = publish_headers(message.options)
         with tracing.publishing(
             headers,
             path=path,
@@ -214,20 +262,27 @@ class Producers:
             due=message.available_at,
             clock=self.clock,
         ):
-            producer.publish(
-                publish_body(message.payload, options),
-                exchange=options.get("exchange", ""),
-                routing_key=options.get("routing_key", ""),
-                headers=headers,
-                content_type=options["content_type"],
-                content_encoding=options["content_encoding"],
-                delivery_mode=options.get("delivery_mode"),
-                declare=self._queues(producer, options.get("declare") or ()),
-                retry=False,
-                timeout=timeout,
-                confirm_timeout=timeout,
-                **self._properties(options, headers),
-            )
+            self._publish(producer, message, headers, deadline)
+
+    def _publish(
+        self, producer: Producer, message: NewMessage, headers: dict[str, Any], deadline: Deadline
+    ) -> None:
+        options = message.options
+        timeout = broker.bound(cast(Connection, self._local.connection), deadline)  # open
+        producer.publish(
+            publish_body(message.payload, options),
+            exchange=options.get("exchange", ""),
+            routing_key=options.get("routing_key", ""),
+            headers=headers,
+            content_type=options["content_type"],
+            content_encoding=options["content_encoding"],
+            delivery_mode=options.get("delivery_mode"),
+            declare=self._local.queues(producer, options.get("declare") or ()),
+            retry=False,
+            timeout=timeout,
+            confirm_timeout=timeout,
+            **self._properties(options, headers),
+        )
         deadline.progressed()
 
     def _properties(self, options: dict[str, Any] | Any, headers: dict[str, Any]) -> dict[str, Any]:
@@ -238,47 +293,6 @@ class Producers:
             left = datetime.fromisoformat(expires) - self.clock()
             properties["expiration"] = max(left.total_seconds(), 0.0)
         return properties
-
-    # -- the per-thread cache ------------------------------------------------------------
-    def _queues(self, producer: Producer, names: Iterable[str]) -> list[Any]:
-        # Bound to the producer's channel once: kombu copies and binds an unbound queue
-        # on every publish that declares it, half the cost of a publish in a batch.
-        bound: dict[str, Any] = self._local.bound_queues
-        channel: Any = producer.channel
-        queues = []
-        for name in names:
-            queue = bound.get(name)
-            if queue is None or queue.channel is not channel:
-                queue = bound[name] = self.app.amqp.queues[name].bind(channel)
-            queues.append(queue)
-        return queues
-
-    def _producer(self, deadline: Deadline) -> Producer:
-        conn: Connection | None = getattr(self._local, "connection", None)
-        if conn is not None and not conn.connected:
-            # Reopen rather than let kombu reconnect with the bounds of another pass.
-            self.discard()
-            conn = None
-        if conn is None:
-            conn = broker.connect(self.app, deadline)
-            self._local.connection = conn
-            self._local.producer = None
-            self._local.bound_queues = {}
-        if self._local.producer is None:
-            self._local.producer = self.app.amqp.Producer(conn, auto_declare=False)
-            broker.reuse_client(self._local.producer.channel)
-        producer: Producer = self._local.producer
-        return producer
-
-
-def _batches(producer: Producer) -> bool:
-    """Whether ``producer`` can pipeline publishes (kombu >= 5.7 on Redis)."""
-    channel = producer.channel
-    return (
-        hasattr(producer, "batch")
-        and getattr(channel, "create_publish_batch", None) is not None
-        and bool(getattr(channel, "supports_batch_publish", True))
-    )
 
 
 def describe(exc: BaseException) -> str:

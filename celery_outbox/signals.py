@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery.utils.dispatch import Signal
 
 #: Sent after outbox rows reached the broker: ``sender`` is the app, ``task_ids`` a list,
@@ -47,3 +49,16 @@ task_dispatched = Signal(
     name="outbox_task_dispatched",
     providing_args=["task_id", "args", "kwargs", "options", "using", "message", "row_id"],
 )
+
+
+def announce_dispatch(
+    task: Any, task_id: str, args: Any, kwargs: Any, options: Any, **row: Any
+) -> None:
+    """Send :data:`task_dispatched` (``row``: ``using``, ``message``, ``row_id``); free
+    while nobody listens."""
+    if task_dispatched.receivers:
+        given = {k: v for k, v in options.items() if v is not None}
+        kwargs = dict(kwargs or {})
+        task_dispatched.send(
+            task, task_id=task_id, args=tuple(args or ()), kwargs=kwargs, options=given, **row
+        )

@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
 
+from celery_outbox.bulk_store import BulkStore
 from celery_outbox.completions import CompletionStore
 from celery_outbox.monitoring import MonitoredStore
 from celery_outbox.records import (
@@ -34,9 +35,9 @@ Supersedes = Callable[[StoredMessage], bool]
 def within_budget(sizes: Iterable[int], max_bytes: int | None) -> int:
     """How many of the leading rows of sizes ``sizes`` one claim of ``max_bytes`` takes.
 
-    A row is taken while the rows before it hold fewer than ``max_bytes`` bytes, so a
-    claim is never empty because of the budget and exceeds it by at most one row.
-    Stores that cannot cut in SQL cut with this, on the sizes the database counted.
+    A row is taken while the rows before it hold fewer than ``max_bytes`` bytes, so a claim
+    is never empty and exceeds the budget by at most one row. Stores that cannot cut in SQL
+    cut with this, on the sizes the database counted.
     """
     taken = held = 0
     for size in sizes:
@@ -63,13 +64,14 @@ def publisher_key(publish: PublishCallback) -> Hashable:
     return publish
 
 
-class OutboxStore(CompletionStore, WorkflowStore, MonitoredStore, WakeupStore, abc.ABC):
+class OutboxStore(CompletionStore, WorkflowStore, MonitoredStore, WakeupStore, BulkStore, abc.ABC):
     """Where outbox rows and dead letters live.
 
     Every method taking ``using`` accepts a database alias (Django) or ``None`` for the store's
     default; stores with a single database ignore it. Datetimes are aware UTC. Driver errors
-    are raised as :class:`~celery_outbox.exceptions.StoreError` with the cause chained. Its
-    parts: :mod:`.completions`, :mod:`.workflows`, :mod:`.monitoring`, :mod:`.wakeups`.
+    are raised as :class:`~celery_outbox.exceptions.StoreError` with the cause chained.
+    Parts: :mod:`.completions`, :mod:`.workflows`, :mod:`.monitoring`, :mod:`.wakeups`,
+    :mod:`.bulk_store`.
     """
 
     # -- dispatch ---------------------------------------------------------------
@@ -124,8 +126,8 @@ class OutboxStore(CompletionStore, WorkflowStore, MonitoredStore, WakeupStore, a
     def still_leased(
         self, messages: Sequence[StoredMessage], *, using: str | None = None
     ) -> set[int]:
-        """The ids of ``messages`` whose row exists, is ``pending`` and still holds the
-        message's own lease (``locked_until``): rows committed and taken by no one else.
+        """The ids of ``messages`` whose row exists, is ``pending`` and holds the message's
+        own lease (``locked_until``): rows committed and taken by no one else.
 
         One read, no write: the on-commit publisher's check before it publishes rows
         that were born leased to it.
@@ -216,11 +218,8 @@ class OutboxStore(CompletionStore, WorkflowStore, MonitoredStore, WakeupStore, a
         """
 
     def sweep_aliases(self) -> Sequence[str | None]:
-        """The database aliases a sweep covers, each passed as ``using``.
-
-        ``[None]`` (the store's default database) unless a store covers several: the
-        Django store returns ``DJANGO_OUTBOX_DATABASES``.
-        """
+        """The database aliases a sweep covers, each passed as ``using``: ``[None]`` (the
+        default database) unless a store covers several (Django: ``DJANGO_OUTBOX_DATABASES``)."""
         return [None]
 
     @abc.abstractmethod

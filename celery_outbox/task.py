@@ -13,16 +13,17 @@ from celery.result import AsyncResult
 from kombu.utils.uuid import uuid
 
 from celery_outbox import workflow_dispatch
+from celery_outbox.batching import current_batch
 from celery_outbox.config import OutboxConfig
 from celery_outbox.eager import apply_on_commit
 from celery_outbox.envelope import build_call
-from celery_outbox.exceptions import AtomicUnsupported, OutboxConfigError, RetriesExhausted
+from celery_outbox.exceptions import AtomicUnsupported, OutboxConfigError
 from celery_outbox.records import StoredMessage
 from celery_outbox.registry import relay_for, store_for
-from celery_outbox.signals import task_dispatched
+from celery_outbox.signals import announce_dispatch
 from celery_outbox.superseding import superseding
 from celery_outbox.worker import atomic as atomic_runs
-from celery_outbox.worker import runner, unknown
+from celery_outbox.worker import retry_frames, runner, unknown
 from celery_outbox.worker.arguments import check_arguments
 from celery_outbox.worker.attempt import USING_HEADER, attempt_from_request
 from celery_outbox.worker.options import check_tasks, checked_options
@@ -125,9 +126,9 @@ class OutboxTask(_TaskBase):
 
         Celery's signature: ``args``/``kwargs`` replace the next attempt's arguments
         (merged as Celery merges them), ``options`` are ``apply_async`` options of the
-        retried message (``queue``, ``priority``, ``headers`` ...). Exhausted retries
-        write a dead letter, with the arguments the failed attempt ran with, and raise
-        ``exc`` (or :class:`RetriesExhausted`).
+        retried message (``queue``, ``priority``, ``headers`` ...). ``exc`` defaults to
+        the error being handled, if any. Exhausted retries write a dead letter, with the
+        failed attempt's arguments, and raise ``exc`` (or :class:`RetriesExhausted`).
         """
         request = self.request
         if request.called_directly or request.is_eager:
@@ -138,7 +139,7 @@ class OutboxTask(_TaskBase):
         raise runner.retry(
             self,
             attempt,
-            exc or RetriesExhausted(),
+            exc if exc is not None else runner.handled_error(),
             rng=self.rng,
             args=args,
             kwargs=kwargs,
@@ -196,7 +197,9 @@ class OutboxTask(_TaskBase):
         workflow_dispatch.mark_join(options)
         if app.conf.task_always_eager:
             eager = apply_on_commit(self, args, kwargs, task_id, options, using, config)
-            _announce(self, task_id, args, kwargs, given, using=using, message=None, row_id=None)
+            announce_dispatch(
+                self, task_id, args, kwargs, given, using=using, message=None, row_id=None
+            )
             return eager
         store = store_for(app)
         now = store.now(using=using)  # the database's clock, whatever this host's says
@@ -216,16 +219,30 @@ class OutboxTask(_TaskBase):
         supersedes = superseding(
             message, running_task_id=None if running is None else running.task_id
         )
-        row_id = store.add(message, using=using, supersedes=supersedes)
-        _announce(self, task_id, args, kwargs, given, using=using, message=message, row_id=row_id)
-        if row_id is not None:
-            workflow_dispatch.count_dispatch(
-                self, task_id, options, store=store, using=using, is_step_task=_is_outbox_task
+        batch = current_batch()
+        if batch is None and workflow_dispatch.hand_on(
+            self, message, relay_for(app).publisher, supersedes, store=store, using=using
+        ):
+            return call.result  # a step's successor, written with the step's last writes
+
+        def written(row_id: int | None) -> None:  # announce, count and publish the row
+            announce_dispatch(
+                self, task_id, args, kwargs, given, using=using, message=message, row_id=row_id
             )
-        if row_id is not None and message.locked_until is not None:
-            store.defer_publish(
-                StoredMessage.written(message, row_id), relay_for(app).publisher(using), using=using
-            )
+            if row_id is not None:
+                workflow_dispatch.count_dispatch(
+                    self, task_id, options, store=store, using=using, is_step_task=_is_outbox_task
+                )
+            if row_id is not None and message.locked_until is not None:
+                publisher = relay_for(app).publisher(using)
+                store.defer_publish(StoredMessage.written(message, row_id), publisher, using=using)
+
+        if (
+            supersedes is not None
+            or batch is None
+            or not batch.collect(store, message, using, written)
+        ):
+            written(store.add(message, using=using, supersedes=supersedes))
         return call.result
 
     def delay_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult[Any]:
@@ -237,25 +254,13 @@ class OutboxTask(_TaskBase):
         return self.apply_async(*args, **kwargs)
 
 
-def _announce(
-    task: OutboxTask, task_id: str, args: Any, kwargs: Any, options: Any, **row: Any
-) -> None:
-    """Send :data:`~celery_outbox.signals.task_dispatched` (``row``: ``using``, ``message``,
-    ``row_id``); free while nobody listens."""
-    if task_dispatched.receivers:
-        given = {k: v for k, v in options.items() if v is not None}
-        kwargs = dict(kwargs or {})
-        task_dispatched.send(
-            task, task_id=task_id, args=tuple(args or ()), kwargs=kwargs, options=given, **row
-        )
-
-
 def _is_outbox_task(task: Task[Any, Any] | None) -> bool:
     return isinstance(task, OutboxTask)
 
 
 workflow_dispatch.install(_is_outbox_task)
 unknown.install()
+retry_frames.install(_is_outbox_task)
 
 
 def check_app(app: Celery) -> None:
@@ -288,8 +293,7 @@ def check_app(app: Celery) -> None:
 
 
 class TaskOptionsCheck(bootsteps.Step):
-    """Worker boot step: refuse to start while an ``OutboxTask`` has bad retry options,
-    rather than lose its messages at their first failure."""
+    """Worker boot step: no start with bad ``OutboxTask`` options (rather than lost messages)."""
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         check_app(parent.app)

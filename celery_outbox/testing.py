@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime
@@ -75,6 +75,9 @@ class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters, MemoryWorkflows,
 
     def awaits_commit(self, callback: Callable[[], None], *, using: str | None = None) -> bool:
         return self._transactions.awaits(callback)
+
+    def transaction_token(self, *, using: str | None = None) -> Hashable | None:
+        return self._transactions.token()  # the innermost frame: add_many loops over add
 
     def defer_publish(
         self, message: StoredMessage, publish: PublishCallback, *, using: str | None = None

@@ -8,7 +8,9 @@ on-commit publisher, the sweeper, the relay, a worker's retry), publishes it ins
 span on in the headers (:func:`publishing`). ``opentelemetry-instrumentation-celery``
 extracts those headers in the worker, so the task's span joins the request's trace.
 A requeued dead letter is dispatched with the failed run's context made current again
-(:func:`attached`).
+(:func:`attached`). A pipelined batch of rows that share one stored context (the rows of
+one transaction) is published in one span (:func:`publishing_batch`), as OpenTelemetry's
+messaging conventions describe a batch send.
 
 Headers are written and read with the globally configured propagator (W3C Trace
 Context and Baggage unless ``OTEL_PROPAGATORS`` says otherwise), as the Celery
@@ -18,7 +20,7 @@ once and nothing is imported.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
 from typing import Any
@@ -42,6 +44,8 @@ WAIT_ATTRIBUTE = "celery_outbox.wait_seconds"
 TASK_NAME_ATTRIBUTE = "celery.task_name"
 #: Span attribute: the task id (OpenTelemetry's messaging convention).
 MESSAGE_ID_ATTRIBUTE = "messaging.message.id"
+#: Span attribute of a batch's span: how many messages it published (the same convention).
+BATCH_COUNT_ATTRIBUTE = "messaging.batch.message_count"
 
 _NO_SPAN: AbstractContextManager[None] = nullcontext()
 
@@ -50,16 +54,31 @@ def fields() -> frozenset[str]:
     """The header names the configured propagator writes (empty without OpenTelemetry)."""
     if not ENABLED:
         return frozenset()
-    return frozenset(propagate.get_global_textmap().fields)
+    global _FIELDS
+    textmap = propagate.get_global_textmap()
+    if _FIELDS is None or _FIELDS[0] is not textmap:
+        _FIELDS = (textmap, frozenset(textmap.fields))
+    return _FIELDS[1]
 
 
 def current_headers() -> dict[str, str]:
     """The current trace context as message headers; empty when no valid span is current
-    (or OpenTelemetry is not installed)."""
-    if not ENABLED or not trace.get_current_span().get_span_context().is_valid:
+    (or OpenTelemetry is not installed).
+
+    The headers of the last context seen are kept: a request dispatching many tasks in
+    one span injects once (a context is immutable; a new span or baggage is a new one).
+    """
+    if not ENABLED:
         return {}
+    global _LAST_HEADERS
+    current, textmap = otel_context.get_current(), propagate.get_global_textmap()
+    last = _LAST_HEADERS
+    if last is not None and last[0] is current and last[1] is textmap:
+        return dict(last[2])
     headers: dict[str, str] = {}
-    propagate.inject(headers)
+    if trace.get_current_span(current).get_span_context().is_valid:
+        propagate.inject(headers, context=current)
+    _LAST_HEADERS = (current, textmap, dict(headers))
     return headers
 
 
@@ -136,7 +155,68 @@ def publishing(
         TASK_NAME_ATTRIBUTE: task_name,
         MESSAGE_ID_ATTRIBUTE: task_id,
     }
-    return _publish_span(headers, propagate.extract(stored), attributes)
+    return _publish_span(headers, _parent(stored), attributes)
+
+
+@contextmanager
+def publishing_batch(
+    messages: Sequence[tuple[dict[str, Any], datetime, str]],
+    *,
+    path: str,
+    clock: Callable[[], datetime],
+) -> Iterator[list[bool]]:
+    """One span around a pipelined batch, per trace context two or more of ``messages``
+    share (each ``(headers, due, task_name)``).
+
+    The headers of those messages are updated in place to carry their batch span; the
+    list yielded says, per message, whether it has one (the others are published in a
+    span of their own by :func:`publishing`, or without one when stored without a
+    context). The spans end when the block does (after the pipeline's flush); an error
+    is recorded on each. Attributes: the path, the longest wait of the batch's rows,
+    their number, and the task name when they all share one.
+    """
+    covered = [False] * len(messages)
+    groups: dict[tuple[tuple[str, str], ...], list[int]] = {}
+    if ENABLED:
+        for index, (headers, _, _) in enumerate(messages):
+            stored = trace_headers(headers)
+            if stored:
+                groups.setdefault(tuple(sorted(stored.items())), []).append(index)
+    spans = []
+    now = clock() if groups else None
+    for key, members in groups.items():
+        if len(members) < 2:
+            continue
+        names = {messages[i][2] for i in members}
+        waits = [(now - messages[i][1]).total_seconds() for i in members] if now else [0.0]
+        attributes: dict[str, str | float | int] = {
+            PATH_ATTRIBUTE: path,
+            WAIT_ATTRIBUTE: max(max(waits), 0.0),
+            BATCH_COUNT_ATTRIBUTE: len(members),
+        }
+        if len(names) == 1:
+            attributes[TASK_NAME_ATTRIBUTE] = next(iter(names))
+        parent = _parent(dict(key))
+        span = _tracer().start_span(
+            PUBLISH_SPAN, context=parent, kind=trace.SpanKind.PRODUCER, attributes=attributes
+        )
+        spans.append(span)
+        carried: dict[str, Any] = {}
+        if span.get_span_context().is_valid:
+            propagate.inject(carried, context=trace.set_span_in_context(span, parent))
+        for i in members:
+            messages[i][0].update(carried)
+            covered[i] = True
+    try:
+        yield covered
+    except BaseException as exc:
+        for span in spans:
+            span.record_exception(exc)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+        raise
+    finally:
+        for span in spans:
+            span.end()
 
 
 @contextmanager
@@ -159,6 +239,20 @@ def _publish_span(
         span.end()
 
 
+def _parent(stored: Mapping[str, str]) -> Any:
+    """The context ``stored`` (trace headers) describes, extracted with the configured
+    propagator. The last one is kept: the rows of a request, of a transaction or of a
+    sweep batch often share one, and a context is immutable."""
+    global _LAST_PARENT
+    key, textmap = tuple(stored.items()), propagate.get_global_textmap()
+    last = _LAST_PARENT
+    if last is not None and last[0] == key and last[1] is textmap:
+        return last[2]
+    parent = propagate.extract(stored)
+    _LAST_PARENT = (key, textmap, parent)
+    return parent
+
+
 def _tracer() -> Any:
     """This module's tracer (a proxy until a tracer provider is set, then that one's)."""
     global _TRACER
@@ -168,3 +262,10 @@ def _tracer() -> Any:
 
 
 _TRACER: Any = None
+#: The propagator :func:`fields` read last, and its fields.
+_FIELDS: tuple[Any, frozenset[str]] | None = None
+#: The context :func:`current_headers` saw last (held, so never another object at its
+#: address), the propagator it used, and the headers it wrote.
+_LAST_HEADERS: tuple[Any, Any, dict[str, str]] | None = None
+#: The trace headers :func:`_parent` extracted last, the propagator, and their context.
+_LAST_PARENT: tuple[tuple[tuple[str, str], ...], Any, Any] | None = None

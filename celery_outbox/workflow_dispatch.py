@@ -19,6 +19,7 @@ from typing import Any
 from celery import Celery, Signature, Task, group, signature
 
 from celery_outbox import _compat, canvas_warnings
+from celery_outbox.batching import batching
 from celery_outbox.canvas_shape import (
     count_steps,
     describe,
@@ -32,8 +33,10 @@ from celery_outbox.canvas_shape import (
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import ChordTooLarge, NoStoreConfigured
+from celery_outbox.records import NewMessage
 from celery_outbox.registry import store_for
-from celery_outbox.storage import OutboxStore
+from celery_outbox.signals import task_dispatched
+from celery_outbox.storage import OutboxStore, PublishCallback
 from celery_outbox.worker.atomic import dispatch_alias, is_atomic
 from celery_outbox.worker.attempt import JOIN_HEADER
 
@@ -43,6 +46,8 @@ _opened: ContextVar[set[str] | None] = ContextVar("celery_outbox_opened_joins", 
 
 #: Whether the dispatches in this context are handed on by a running step (counted).
 _handing_on: ContextVar[bool] = ContextVar("celery_outbox_handing_on", default=False)
+#: Whether an atomic step's successors are being dispatched as it ends (:func:`ending_step`).
+_ending: ContextVar[bool] = ContextVar("celery_outbox_step_ending", default=False)
 
 #: Whether a task is a step that reports its completion (an ``OutboxTask``).
 IsStepTask = Callable[[Task[Any, Any] | None], bool]
@@ -58,6 +63,7 @@ def install(is_step_task: IsStepTask) -> None:
             joined_header=lambda app, members: joined_header(app, members, is_step_task),
             opening=lambda app, root_id, pieces: opening(app, root_id, pieces, is_step_task),
             uncounted=handing_on,
+            batching=batching,
         )
     )
 
@@ -142,6 +148,51 @@ def handing_on() -> Iterator[None]:
 
 
 @contextmanager
+def ending_step() -> Iterator[None]:
+    """Within this block an atomic step's body has returned and its successors are
+    dispatched in its transaction: nothing reads their rows back before the commit."""
+    token = _ending.set(True)
+    try:
+        yield
+    finally:
+        _ending.reset(token)
+
+
+def hand_on(
+    task: Task[Any, Any],
+    message: NewMessage,
+    publisher: Callable[[str | None], PublishCallback],
+    supersedes: object,
+    *,
+    store: OutboxStore,
+    using: str | None,
+) -> bool:
+    """Whether the store took ``message`` to write with the running atomic step's last
+    writes (:meth:`~celery_outbox.completions.CompletionStore.hand_on`): only a successor
+    dispatched as the step ends (:func:`ending_step`) that :func:`count_dispatch` has
+    nothing to count for, born leased, with no ``supersedes`` rule, and no
+    ``task_dispatched`` receiver (which would be told the row id before the commit).
+    Otherwise the caller adds it."""
+    if not _ending.get() or supersedes is not None or message.locked_until is None:
+        return False
+    if task_dispatched.receivers or not _counted(task, message.task_id, store):
+        return False
+    return store.hand_on(message, publisher(using), using=using)
+
+
+def _counted(task: Task[Any, Any], task_id: str, store: OutboxStore) -> bool:
+    """Whether a dispatch of ``task_id`` has no steps to count: a running step hands it
+    on (its steps are counted already), or ``store`` keeps no workflows."""
+    if _handing_on.get() or not store.keeps_workflows():
+        return True
+    running = task.app.current_worker_task
+    if running is None:
+        return False
+    request = running.request
+    return task_id in handed_on_ids({"chain": request.chain, "chord": request.chord})
+
+
+@contextmanager
 def opening(
     app: Celery, root_id: str, pieces: list[Any], is_step_task: IsStepTask
 ) -> Iterator[None]:
@@ -190,7 +241,7 @@ def count_dispatch(
 ) -> None:
     """Add a dispatch's steps to its workflow, in the dispatching transaction, unless a
     running step hands it on (its steps are counted already) or it is no canvas step."""
-    if _handing_on.get() or not store.keeps_workflows():
+    if _counted(task, task_id, store):
         return
     app = task.app
     running = app.current_worker_task
@@ -198,8 +249,6 @@ def count_dispatch(
     inherited = False
     if running is not None:
         request = running.request
-        if task_id in handed_on_ids({"chain": request.chain, "chord": request.chord}):
-            return
         if not root and in_canvas(request.id or "", _request_options(request)):
             root = request.root_id or request.id  # Celery gives the child this root
             inherited = True

@@ -55,6 +55,11 @@ class SlimChangeList(ChangeList):
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """No add, change or delete: rows change only through the actions."""
 
+    class Media:
+        # A static style sheet, no inline style: the pages keep their look under a
+        # Content-Security-Policy of style-src 'self'.
+        css = {"all": ("django_outbox/outbox.css",)}
+
     #: Counts bounded, estimated beyond (:mod:`django_outbox.admin_paging`).
     paginator = BoundedPaginator
     show_full_result_count = False
@@ -132,6 +137,17 @@ def clipped(text: str, *, hover: str | None = None, narrow: bool = False) -> Saf
         " outbox-narrow" if narrow else "",
         text if hover is None else hover,
         shorten(text),
+    )
+
+
+def id_cell(value: str, *, wide: bool = False) -> SafeString:
+    """An id (task or root id) in monospace, at most three lines of a narrow column (a
+    uuid fills them; ``wide``: two lines, a uuid takes one), whole on hover, escaped."""
+    return format_html(
+        '<span class="outbox-id{}" title="{}">{}</span>',
+        " outbox-wide" if wide else "",
+        value,
+        value,
     )
 
 

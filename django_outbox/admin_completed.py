@@ -15,7 +15,7 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from django_outbox.admin_base import ReadOnlyAdmin, preformatted
+from django_outbox.admin_base import ReadOnlyAdmin, clipped, id_cell, preformatted, short_time
 from django_outbox.admin_paging import recent_values_filter
 from django_outbox.models import CompletedTask
 
@@ -24,15 +24,34 @@ from django_outbox.models import CompletedTask
 class CompletedTaskAdmin(ReadOnlyAdmin):
     """Atomic tasks that committed: find a task id, see when it ran and what it returned."""
 
-    list_display = ("task_id", "task_name", "completed_at")
+    # Three compact columns at 1280 x 800: the task id on one line (a uuid; a longer id
+    # is cut at two, whole on hover), the name cut to two lines, the time in two parts.
+    list_display = ("task", "name", "completed")
     list_filter = (recent_values_filter("task_name", "task name"), "completed_at")
     search_fields = ("task_id",)
     search_help_text = _("An exact task id.")
     ordering = ("-completed_at", "-id")
+    # The columns an index orders (the name's would sort every row of a frequent task).
+    sortable_by = ("task", "completed")
     show_full_result_count = False
     list_deferred = ("result",)
     readonly_fields = ("task_id", "task_name", "completed_at", "result_block")
     fields = readonly_fields
+
+    @admin.display(description=_("task id"), ordering="task_id")
+    def task(self, row: CompletedTask) -> SafeString:
+        """The task id in monospace, at most two lines; in full on hover."""
+        return id_cell(row.task_id, wide=True)
+
+    @admin.display(description=_("task name"))
+    def name(self, row: CompletedTask) -> SafeString:
+        """The task name in two lines at most; in full on hover."""
+        return clipped(row.task_name)
+
+    @admin.display(description=_("completed at"), ordering="completed_at")
+    def completed(self, row: CompletedTask) -> SafeString | str:
+        """``completed_at``, short."""
+        return short_time(row.completed_at)
 
     @admin.display(description=_("result"))
     def result_block(self, row: CompletedTask) -> SafeString | str:

@@ -116,9 +116,11 @@ class OutboxMessageAdmin(RowActionsAdmin):
     list_display = ("name", "status", "attempts", "due", "short_error")
     list_filter = ("status", recent_values_filter("task_name", "task name"))
     search_fields = ("task_id",)
+    # Newest first along the primary key. No column sorts: no index gives their order
+    # (a click sorted all 1,000,000 rows of the benchmark's table: 0.4-0.9 s).
     ordering = ("-id",)
+    sortable_by = ()
     actions = ("publish_now", "reset_failed", "cancel_selected")
-    change_list_template = "admin/django_outbox/outbox_change_list.html"
     list_deferred = ("payload", "options", "last_error")
     list_heads = {"error_head": "last_error"}
     row_actions = (
@@ -157,12 +159,12 @@ class OutboxMessageAdmin(RowActionsAdmin):
         (_("Message"), {"fields": ("body_json", "options_json", "payload_block")}),
     )
 
-    @admin.display(description=_("task name"), ordering="task_name")
+    @admin.display(description=_("task name"))
     def name(self, row: OutboxMessage) -> SafeString:
         """The task name in two lines at most; in full, with the task id, on hover."""
         return clipped(row.task_name, hover=f"{row.task_name}\n{row.task_id}")
 
-    @admin.display(description=_("due at"), ordering="available_at")
+    @admin.display(description=_("due at"))
     def due(self, row: OutboxMessage) -> SafeString | str:
         """``available_at``, short."""
         return short_time(row.available_at)

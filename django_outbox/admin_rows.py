@@ -31,7 +31,8 @@ class RowAction:
 
     ``run`` names the admin's list action (``(request, queryset) -> None``) it runs;
     ``permission`` its ``has_<permission>_permission``; ``applies`` whether a row's state
-    calls for it; ``confirm``, when set, is asked in the browser before posting.
+    calls for it; ``confirm``, when set, is asked in the browser before posting
+    (``django_outbox/confirm.js``; without JavaScript the button posts at once).
     """
 
     name: str
@@ -48,6 +49,12 @@ class RowActionsAdmin(ReadOnlyAdmin):
     #: The buttons, in page order.
     row_actions: tuple[RowAction, ...] = ()
     change_form_template = "admin/django_outbox/row_actions_change_form.html"
+
+    class Media:
+        # The confirmation before a button with ``confirm``: a static script reading the
+        # button's data-confirm, as a Content-Security-Policy of script-src 'self' allows
+        # (it refuses an inline onclick).
+        js = ("django_outbox/confirm.js",)
 
     def get_urls(self) -> list[URLPattern]:
         """The admin's URLs, after ``<id>/act/<name>/`` (before its catch-all)."""

@@ -3,12 +3,13 @@ listing its steps.
 
 A workflow's steps are found three ways, each bounded to :data:`STEPS_SHOWN` rows:
 done steps are the ``CompletedTask`` rows of its ``root_id`` (an indexed column); failed
-steps are the dead letters whose options hold it (``options["canvas"]["root_id"]``, a
-JSON key lookup every supported database runs, scanning the dead letters; the root step's
-own letter may have a canvas without it, found by its task id); pending steps
-are the ``pending`` outbox rows whose Celery headers hold it (``options["headers"]
-["root_id"]``, scanning the pending rows only). Every value is escaped
-(``format_html``). Chord joins are internal and have no admin.
+steps are the dead letters with a canvas whose options hold it (``options["canvas"]
+["root_id"]``; the root step's own letter may have a canvas without it, found by its task
+id); pending steps are the ``pending`` outbox rows whose Celery headers hold it
+(``options["headers"]["root_id"]``). Both JSON lookups are spelled as the partial
+expression indexes of :mod:`celery_outbox.root_indexes` index them on PostgreSQL (the key
+as ``jsonb``, ``#>``, under the index's condition); other databases scan. Every value is
+escaped (``format_html``). Chord joins are internal and have no admin.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from django_outbox._compat import instance_alias
-from django_outbox.admin_base import ReadOnlyAdmin
+from django_outbox.admin_base import ReadOnlyAdmin, clipped, id_cell, short_time
 from django_outbox.admin_paging import recent_values_filter
 from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage, Workflow
 
@@ -50,17 +51,6 @@ def admin_link(row: Model, text: str) -> SafeString:
 def _when(value: datetime) -> str:
     """``value`` in the current time zone, formatted as the admin shows datetimes."""
     return date_format(timezone.localtime(value), "DATETIME_FORMAT")
-
-
-def _short(value: datetime) -> SafeString:
-    """``value`` in the current time zone, as ``2026-03-04 05:06:07`` (breaking only
-    between the date and the time)."""
-    local = timezone.localtime(value)
-    return format_html(
-        '<span style="white-space: nowrap">{}</span> <span style="white-space: nowrap">{}</span>',
-        date_format(local, "Y-m-d"),
-        date_format(local, "H:i:s"),
-    )
 
 
 def breakable(name: str) -> SafeString:
@@ -108,7 +98,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
     """Workflows (Celery canvases on the outbox): their progress, and each one's steps."""
 
     # Compact columns: the list stays readable at 1280 px beside the navigation and filters.
-    list_display = ("root", "dotted_name", "status", "progress", "created", "finished")
+    list_display = ("root", "short_name", "status", "progress", "created", "finished")
     list_filter = ("status", recent_values_filter("name", "name"), "created_at")
     search_fields = ("root_id",)
     search_help_text = _("An exact root id.")
@@ -134,35 +124,30 @@ class WorkflowAdmin(ReadOnlyAdmin):
     def progress(self, workflow: Workflow) -> SafeString:
         """``done / total``, on one line."""
         return format_html(
-            '<span style="white-space: nowrap">{} / {}</span>',
+            '<span class="outbox-nowrap">{} / {}</span>',
             workflow.steps_done,
             workflow.steps_total,
         )
 
     @admin.display(description=_("root id"), ordering="root_id")
     def root(self, workflow: Workflow) -> SafeString:
-        """The whole root id, in lines of 13 characters (a uuid takes three, broken
-        after its dashes)."""
-        return format_html(
-            '<code style="display: inline-block; width: 13ch; overflow-wrap: anywhere">{}</code>',
-            workflow.root_id,
-        )
+        """The root id in three lines at most (a uuid fills them), whole on hover."""
+        return id_cell(workflow.root_id)
 
     @admin.display(description=_("name"), ordering="name")
-    def dotted_name(self, workflow: Workflow) -> SafeString:
-        """The name, breaking after its dots and underscores (a task path is one long
-        word)."""
-        return breakable(workflow.name)
+    def short_name(self, workflow: Workflow) -> SafeString:
+        """The name in two lines at most; in full on hover."""
+        return clipped(workflow.name)
 
     @admin.display(description=_("created at"), ordering="created_at")
-    def created(self, workflow: Workflow) -> SafeString:
+    def created(self, workflow: Workflow) -> SafeString | str:
         """``created_at``, short."""
-        return _short(workflow.created_at)
+        return short_time(workflow.created_at)
 
     @admin.display(description=_("finished at"), ordering="finished_at")
     def finished(self, workflow: Workflow) -> SafeString | str:
         """``finished_at``, short; ``-`` while running."""
-        return "-" if workflow.finished_at is None else _short(workflow.finished_at)
+        return short_time(workflow.finished_at)
 
     @admin.display(description=_("failed task id"))
     def failed_task(self, workflow: Workflow) -> SafeString | str:
@@ -189,8 +174,10 @@ class WorkflowAdmin(ReadOnlyAdmin):
     def dead_steps(self, workflow: Workflow) -> SafeString | str:
         """The workflow's dead letters, newest first, linked to their pages."""
         root_id = workflow.root_id
-        rows = DeadLetter.objects.using(instance_alias(workflow)).filter(
-            Q(options__canvas__root_id=root_id) | Q(task_id=root_id, options__has_key="canvas")
+        letters = DeadLetter.objects.using(instance_alias(workflow))
+        # options ? 'canvas': the condition of celery_outbox_dl_root_idx
+        rows = letters.filter(
+            Q(options__canvas__root_id=root_id) | Q(task_id=root_id), options__has_key="canvas"
         )
         return steps_table(
             rows.order_by("-failed_at", "-id").only(
@@ -210,7 +197,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
     def pending_steps(self, workflow: Workflow) -> SafeString | str:
         """The workflow's outbox rows waiting to be published, oldest first, linked."""
         rows = OutboxMessage.objects.using(instance_alias(workflow)).pending()
-        return steps_table(
+        return steps_table(  # along celery_outbox_pending_root_idx
             rows.filter(options__headers__root_id=workflow.root_id)
             .order_by("id")
             .only("task_name", "task_id", "available_at"),

@@ -18,7 +18,7 @@ from typing import Any
 from django.db import connections
 from django.db.models import QuerySet
 
-from celery_outbox.estimates import plan_rows
+from django_outbox.store.counting import capped_counts, planner_estimate
 
 #: Rows read per hour of a chart at most.
 HOUR_SAMPLE = 1000
@@ -55,17 +55,9 @@ def bounded_count(rows: QuerySet[Any], cap: int) -> Count:
 
 def bounded_counts(named: dict[str, QuerySet[Any]], cap: int) -> dict[str, Count]:
     """:func:`bounded_count` of each of ``named`` (querysets of one database): one statement
-    of capped counts, then one ``EXPLAIN`` per count beyond ``cap``."""
-    parts: list[str] = []
-    params: list[Any] = []
-    for index, rows in enumerate(named.values()):
-        sql, row_params = rows.order_by().values("pk")[: cap + 1].query.sql_with_params()
-        parts.append(f"(SELECT COUNT(*) FROM ({sql}) AS counted_{index})")
-        params.extend(row_params)
-    alias = next(iter(named.values())).db
-    with connections[alias].cursor() as cursor:
-        cursor.execute("SELECT " + ", ".join(parts), params)
-        found = cursor.fetchone()
+    of capped counts, then one ``EXPLAIN`` per count beyond ``cap``
+    (:mod:`django_outbox.store.counting`, which the store's gauges count with too)."""
+    found = capped_counts(list(named.values()), cap)
     counts = {}
     for (name, rows), value in zip(named.items(), found, strict=True):
         estimate = planner_estimate(rows) if value > cap else None
@@ -76,17 +68,6 @@ def bounded_counts(named: dict[str, QuerySet[Any]], cap: int) -> dict[str, Count
         else:
             counts[name] = Count(value=estimate, exact=False)
     return counts
-
-
-def planner_estimate(rows: QuerySet[Any]) -> int | None:
-    """PostgreSQL's estimate of how many ``rows`` there are; ``None`` elsewhere."""
-    connection = connections[rows.db]
-    if connection.vendor != "postgresql":
-        return None
-    sql, params = rows.order_by().values("pk").query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
-        return plan_rows(cursor.fetchone()[0])
 
 
 def hour_starts(now: datetime, hours: int = HOURS) -> list[datetime]:

@@ -16,10 +16,14 @@ reaches the workers running then (and those that sync revokes from them at start
 Celery's mingle, or ``--statedb``); Celery keeps a revoked id for three hours by default.
 Rows neither pending nor found are skipped. ``failed`` rows are not cancelled (they are
 not published unless reset; delete them with ``outbox purge``).
+
+Every cancel that commits is also logged (``WARNING`` on this module's logger: who, and the
+task ids), including one given no user, which has no admin-log entry.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +42,8 @@ from django_outbox.celery_app import outbox_app
 
 #: Who cancels: a user, a username, or ``None`` (no admin-log entry: no user to record).
 Canceller = AbstractBaseUser | str | None
+
+logger = logging.getLogger(__name__)
 
 #: The admin-log text of a cancelled row.
 LOG_MESSAGE = "Cancelled (never to be published); revoke sent for task id {task_id}."
@@ -91,6 +97,7 @@ def cancel_messages(
         if cancelled:
             task_ids = list(dict.fromkeys(cancelled.values()))
             transaction.on_commit(lambda: outcome.update(revoke(app, task_ids)), using=alias)
+            transaction.on_commit(lambda: _announce(alias, user, task_ids), using=alias)
     return CancelResult(
         cancelled=cancelled,
         in_flight=tuple(task_id for _, task_id, _, lease in locked if lease is not None),
@@ -119,6 +126,18 @@ def revoke(app: Celery, task_ids: list[str]) -> dict[str, Any]:
     finally:
         close(conn, deadline)
     return {"revoked": True}
+
+
+def _announce(alias: str, user: AbstractBaseUser | None, task_ids: list[str]) -> None:
+    """Log a committed cancel: a record even when no user was given."""
+    who = "no user (not in the admin log)" if user is None else repr(user.get_username())
+    logger.warning(
+        "Cancelled %d outbox row(s) on database %r by %s, never to be published: task ids %s",
+        len(task_ids),
+        alias,
+        who,
+        ", ".join(task_ids),
+    )
 
 
 def _user(by: Canceller) -> AbstractBaseUser | None:

@@ -12,7 +12,7 @@ A concurrent duplicate's insert waits on the unique key until the first run ends
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
@@ -35,8 +35,9 @@ from sqlalchemy.orm import Session
 
 from celery_outbox.completions import Completion
 from celery_outbox.exceptions import StoreError
-from celery_outbox.records import StoredCompletion
-from celery_outbox.sqlalchemy import last_writes
+from celery_outbox.records import NewMessage, StoredCompletion, StoredMessage
+from celery_outbox.rows import message_columns
+from celery_outbox.sqlalchemy import last_writes, published_rows
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
 from celery_outbox.sqlalchemy.tables import OutboxTables
 from celery_outbox.storage import OutboxStore
@@ -68,6 +69,8 @@ class SQLAlchemyCompletions(OutboxStore):
     engine: Engine
     tables: OutboxTables
     bind_session: Any
+    current_session: Callable[[], Session | None]
+    now: Callable[..., datetime]
 
     def atomic_problem(self, using: str | None = None) -> str | None:
         """``None``: every database SQLAlchemy speaks has transactions and unique keys."""
@@ -104,7 +107,7 @@ class SQLAlchemyCompletions(OutboxStore):
             try:
                 with (
                     self.bind_session(session),
-                    last_writes.holding(session, conn.dialect.name) as held,
+                    last_writes.holding(session, conn) as held,
                 ):
                     yield completion
                 with store_errors("complete an atomic task"):
@@ -116,12 +119,29 @@ class SQLAlchemyCompletions(OutboxStore):
                         task_id=task_id,
                         result=completion.result,
                     )
-                    session.commit()
+                    with published_rows.deferring():  # what it hands on is deleted later
+                        session.commit()
             except BaseException:
                 session.rollback()
                 raise
             finally:
                 _session.reset(token)
+
+    def hand_on(
+        self,
+        message: NewMessage,
+        publish: Callable[[Sequence[StoredMessage]], object],
+        *,
+        using: str | None = None,
+    ) -> bool:
+        """On PostgreSQL, inside :meth:`complete_once` and its session (no savepoint open):
+        the row is written by the run's last statement
+        (:mod:`~celery_outbox.sqlalchemy.last_writes`)."""
+        session = self.current_session()
+        if session is None:
+            return False
+        values = message_columns(message, created_at=self.now(using=using))
+        return last_writes.hold_insert(session, self.tables.outbox, values, message, publish)
 
     def completion(self, task_id: str, *, using: str | None = None) -> StoredCompletion | None:
         with store_errors("read a completed task"), self.engine.connect() as conn:

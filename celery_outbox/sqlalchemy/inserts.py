@@ -13,7 +13,7 @@ locked, deleted while still pending and replaced, in the same transaction.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -130,3 +130,25 @@ def inserted_id(result: CursorResult[Any]) -> int:
     if key is None:  # pragma: no cover - every insert here writes one row
         raise RuntimeError("celery-outbox: the INSERT returned no primary key.")
     return int(key[0])
+
+
+def insert_many_pending(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
+) -> dict[str, int]:
+    """PostgreSQL, SQLite: insert ``rows`` (distinct task ids) in one multi-row statement
+    (SQLAlchemy's "insertmanyvalues"), skipping those whose task id is already pending;
+    the id of each row written, by task id (a task id has at most one pending row)."""
+    stmt = _insert_many_unless_pending(table, conn.dialect.name)
+    return {str(task_id): int(row_id) for row_id, task_id in conn.execute(stmt, list(rows))}
+
+
+@functools.lru_cache(maxsize=32)
+def _insert_many_unless_pending(table: Table, dialect: str) -> Executable:
+    # A literal in the SQL (executemany takes no literal_execute parameter).
+    inline = table.c.status == literal_column(f"'{PENDING}'")
+    make = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
+        make(table)
+        .on_conflict_do_nothing(index_elements=[table.c.task_id], index_where=inline)
+        .returning(table.c.id, table.c.task_id)
+    )

@@ -36,6 +36,7 @@ from celery_outbox.database_clock import DatabaseClock
 from celery_outbox.estimates import DUE_LATER, settled, status_is
 from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
 from celery_outbox.records import DeadLetterStatus, MessageStatus
+from celery_outbox.sqlalchemy import statements as sql
 from celery_outbox.sqlalchemy.boundary import store_errors
 from celery_outbox.sqlalchemy.counting import bound_on, bounded_count, estimate
 from celery_outbox.sqlalchemy.tables import OutboxTables
@@ -97,6 +98,14 @@ class SQLAlchemyMonitoring(OutboxStore):
             failed=int(failed),
             oldest_due_age=None if since is None else now - since,
         )
+
+    def count_by_status(self, *, using: str | None = None) -> Mapping[MessageStatus, int]:
+        with store_errors("count outbox rows"), self.engine.connect() as conn:
+            return sql.count_by_status(conn, self.tables.outbox)
+
+    def oldest_pending(self, *, using: str | None = None) -> datetime | None:
+        with store_errors("read the oldest pending row"), self.engine.connect() as conn:
+            return sql.oldest_pending(conn, self.tables.outbox)
 
     def count_dead_letters(
         self, *, using: str | None = None, bound: int | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
@@ -14,9 +14,10 @@ from sqlalchemy.orm import Session, scoped_session
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.records import Claim, MessageStatus, NewMessage, StoredMessage
 from celery_outbox.rows import message_columns
-from celery_outbox.sqlalchemy import claims, inserts, transactions
+from celery_outbox.sqlalchemy import claims, inserts, last_writes, published_rows, transactions
 from celery_outbox.sqlalchemy import statements as sql
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
+from celery_outbox.sqlalchemy.bulk import SQLAlchemyBulk
 from celery_outbox.sqlalchemy.completions import SQLAlchemyCompletions
 from celery_outbox.sqlalchemy.letters import SQLAlchemyDeadLetters
 from celery_outbox.sqlalchemy.monitoring import SQLAlchemyMonitoring
@@ -32,6 +33,7 @@ class SQLAlchemyOutboxStore(
     SQLAlchemyWorkflows,
     SQLAlchemyMonitoring,
     SQLAlchemyWakeups,
+    SQLAlchemyBulk,
 ):
     """The outbox store for SQLAlchemy applications (Flask, FastAPI, scripts).
 
@@ -74,6 +76,7 @@ class SQLAlchemyOutboxStore(
         self._bound: ContextVar[Session | None] = ContextVar(
             f"celery_outbox_session_{id(self)}", default=None
         )
+        self._published = published_rows.PublishedRows(self._delete_published)
 
     # -- the caller's transaction -------------------------------------------------
     @contextmanager
@@ -109,8 +112,7 @@ class SQLAlchemyOutboxStore(
             yield conn
 
     def _in_transaction(self) -> Session | None:
-        session = self.current_session()
-        return session if session is not None and session.in_transaction() else None
+        return session if (session := self.current_session()) and session.in_transaction() else None
 
     @contextmanager
     def _single_statement(self) -> Iterator[Connection]:
@@ -133,6 +135,7 @@ class SQLAlchemyOutboxStore(
     ) -> int | None:
         values = message_columns(message, created_at=self.now(using=using))
         with store_errors("add an outbox row"), self._caller_transaction() as conn:
+            last_writes.write_held_insert(conn)  # a successor held for the end goes first
             return inserts.insert_pending(
                 conn, self.tables.outbox, values, supersedes=supersedes, replaced=self._doubt_rows
             )
@@ -229,10 +232,15 @@ class SQLAlchemyOutboxStore(
         require_aware(now=now)
         if not ids:
             return 0
+        if not keep and self._published.took(claim, ids, dialect=self.engine.dialect.name):
+            return len(ids)
         with store_errors("mark outbox rows published"), self._single_statement() as conn:
-            return sql.mark_published(
-                conn, self.tables.outbox, ids, claim.leases, now=now, keep=keep
-            )
+            table = self.tables.outbox
+            return sql.mark_published(conn, table, ids, claim.leases, now=now, keep=keep)
+
+    def _delete_published(self, ids: Sequence[int], leases: Sequence[datetime]) -> None:
+        with store_errors("delete published rows"), self._single_statement() as conn:
+            sql.mark_published(conn, self.tables.outbox, ids, leases, now=utcnow(), keep=False)
 
     def record_failure(
         self,
@@ -263,14 +271,6 @@ class SQLAlchemyOutboxStore(
             return 0
         with store_errors("reset outbox rows"), self.engine.begin() as conn:
             return sql.reset(conn, self.tables.outbox, wanted, now=now)
-
-    def count_by_status(self, *, using: str | None = None) -> Mapping[MessageStatus, int]:
-        with store_errors("count outbox rows"), self.engine.connect() as conn:
-            return sql.count_by_status(conn, self.tables.outbox)
-
-    def oldest_pending(self, *, using: str | None = None) -> datetime | None:
-        with store_errors("read the oldest pending row"), self.engine.connect() as conn:
-            return sql.oldest_pending(conn, self.tables.outbox)
 
     def purge(
         self,

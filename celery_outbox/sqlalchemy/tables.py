@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sqlalchemy import DDL, Column, Index, Integer, MetaData, String, Table, Text, event
+from sqlalchemy import DDL, Column, Index, Integer, MetaData, String, Table, Text, event, text
 from sqlalchemy.dialects import mysql
 
 from celery_outbox.pending_key import PENDING_TASK_INDEX, mysql_add_pending_key
@@ -27,6 +27,14 @@ from celery_outbox.records import (
     WORKFLOW_TABLE,
     DeadLetterStatus,
     MessageStatus,
+)
+from celery_outbox.root_indexes import (
+    LETTER_ROOT_INDEX,
+    LETTER_ROOT_KEY,
+    LETTER_ROOT_WHERE,
+    PENDING_ROOT_INDEX,
+    PENDING_ROOT_KEY,
+    PENDING_ROOT_WHERE,
 )
 from celery_outbox.sqlalchemy.types import BigIdType, JSONType, UTCDateTime
 from celery_outbox.wakeups import CREATE_TRIGGER
@@ -91,6 +99,10 @@ def _outbox_table(metadata: MetaData) -> Table:
         Column("published_at", UTCDateTime, nullable=True),
         Index("celery_outbox_due_idx", "status", "available_at"),
         Index("celery_outbox_task_id_idx", "task_id"),
+        # A workflow's pending steps (celery_outbox.root_indexes; PostgreSQL only).
+        Index(
+            PENDING_ROOT_INDEX, text(PENDING_ROOT_KEY), postgresql_where=text(PENDING_ROOT_WHERE)
+        ).ddl_if(dialect="postgresql"),
         # Row ids are never reused on SQLite either (as Django's AUTOINCREMENT tables):
         # an id names one row for ever, so a late mark of a deleted row hits nothing.
         sqlite_autoincrement=True,
@@ -135,6 +147,10 @@ def _dead_letter_table(metadata: MetaData) -> Table:
         Column("requeued_task_id", String(TASK_ID_MAX_LENGTH), nullable=False, default=""),
         Index("celery_outbox_dl_task_id_idx", "task_id"),
         Index("celery_outbox_dl_status_failed_idx", "status", "failed_at"),
+        # A workflow's dead letters (celery_outbox.root_indexes; PostgreSQL only).
+        Index(
+            LETTER_ROOT_INDEX, text(LETTER_ROOT_KEY), postgresql_where=text(LETTER_ROOT_WHERE)
+        ).ddl_if(dialect="postgresql"),
     )
 
 

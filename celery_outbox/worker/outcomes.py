@@ -12,7 +12,12 @@ from celery import Task
 
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.exceptions import OutboxConfigError, PayloadError, ScheduleError
+from celery_outbox.exceptions import (
+    OutboxConfigError,
+    PayloadError,
+    RetriesExhausted,
+    ScheduleError,
+)
 from celery_outbox.worker.attempt import Attempt
 from celery_outbox.worker.letters import write_config_dead_letter, write_dead_letter
 from celery_outbox.worker.options import options_from_task, with_retry_arguments
@@ -23,7 +28,7 @@ from celery_outbox.worker.republish import schedule_retry
 def after_failure(
     task: Task[Any, Any],
     attempt: Attempt,
-    exc: Exception,
+    exc: Exception | None,
     *,
     explicit: bool,
     rng: random.Random,
@@ -35,7 +40,8 @@ def after_failure(
     overrides: Mapping[str, Any] | None = None,
 ) -> Exception:
     """Schedule the retry of ``attempt`` (returning ``Retry``) or write its dead letter
-    (returning ``exc``, to raise).
+    (returning ``exc``, to raise; :class:`RetriesExhausted` when ``exc`` is ``None``: a
+    ``retry()`` called with no error, whose retries say so rather than name one).
 
     ``rng`` draws the wait within the window. The other arguments are ``retry()``'s:
     ``explicit`` retries whatever ``exc`` is,
@@ -50,6 +56,7 @@ def after_failure(
         When the message was put back (the store is down) or must be redelivered.
     """
     now: datetime = utcnow()
+    failure = exc if exc is not None else RetriesExhausted()
     try:
         config = OutboxConfig.from_celery(task.app)
         options, delay = with_retry_arguments(
@@ -57,7 +64,7 @@ def after_failure(
         )
         following = attempt.with_arguments(args, kwargs, run=task.run)
         decision = decide(
-            exc,
+            failure,
             options,
             attempt,
             now=now,
@@ -79,7 +86,7 @@ def after_failure(
             )
     except (OutboxConfigError, PayloadError, ScheduleError) as bad:
         # Found only now (the next message cannot be built, too): dead-letter, never drop.
-        write_config_dead_letter(task, attempt, exc, bad, now=now)
-        return exc
-    write_dead_letter(task, attempt, exc, outcome=decision.outcome, now=now)
-    return exc
+        write_config_dead_letter(task, attempt, failure, bad, now=now)
+        return failure
+    write_dead_letter(task, attempt, failure, outcome=decision.outcome, now=now)
+    return failure

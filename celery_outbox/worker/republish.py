@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 RETRY_REASON_HEADER = "outbox_retry_reason"
 #: Longest :func:`retry_reason` kept in a header.
 RETRY_REASON_CHARS = 300
+#: The reason of a retry the task asked for with ``retry()`` and no error.
+NO_ERROR_REASON = "retry() called without an error"
 
 #: Windows between puts-back of a message while the store is unreachable (1 s ... 1 min).
 STORE_BACKOFF = BackoffPolicy(base=timedelta(seconds=1), cap=timedelta(seconds=60))
@@ -45,7 +47,7 @@ STORE_BACKOFF = BackoffPolicy(base=timedelta(seconds=1), cap=timedelta(seconds=6
 def schedule_retry(
     task: Task[Any, Any],
     attempt: Attempt,
-    exc: Exception,
+    exc: Exception | None,
     *,
     delay: timedelta,
     park: bool,
@@ -54,7 +56,8 @@ def schedule_retry(
     queue: str | None = None,
 ) -> Retry:
     """Send the next attempt of the failed ``attempt`` in ``delay``; return the ``Retry``
-    to raise. ``park`` keeps it as an outbox row rather than a broker ETA.
+    to raise. ``park`` keeps it as an outbox row rather than a broker ETA. ``exc`` is
+    the error retried (``None``: a ``retry()`` called with none).
 
     ``attempt`` carries the arguments of the next attempt, ``overrides`` its extra
     ``apply_async`` options (``retry(**options)``). ``queue`` is the retry queue
@@ -94,16 +97,19 @@ def schedule_retry(
     )
 
 
-def retry_reason(exc: BaseException) -> str:
+def retry_reason(exc: BaseException | None) -> str:
     """``module.Type: first line of the message``, cut to :data:`RETRY_REASON_CHARS`
-    (what the admin shows as the reason a retry is parked)."""
+    (what the admin shows as the reason a retry is parked); :data:`NO_ERROR_REASON` for
+    a ``retry()`` called with no error."""
+    if exc is None:
+        return NO_ERROR_REASON
     lines = str(exc).strip().splitlines()
     text = f"{type(exc).__module__}.{type(exc).__qualname__}"
     return (f"{text}: {lines[0]}" if lines else text)[:RETRY_REASON_CHARS]
 
 
 def _scheduled(
-    task: Task[Any, Any], attempt: Attempt, exc: Exception, *, eta: datetime, path: str
+    task: Task[Any, Any], attempt: Attempt, exc: Exception | None, *, eta: datetime, path: str
 ) -> Retry:
     """Announce the retry sent by ``path`` (``eta`` or ``parked``); the ``Retry`` to raise."""
     task_retry_scheduled.send(sender=task, task_id=attempt.task_id, eta=eta, path=path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -82,7 +83,7 @@ def run_attempt(
 def retry(
     task: Task[Any, Any],
     attempt: Attempt,
-    exc: Exception,
+    exc: Exception | None,
     *,
     rng: random.Random,
     args: Any = None,
@@ -92,7 +93,8 @@ def retry(
     max_retries: Any = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> Exception:
-    """``OutboxTask.retry``: the ``Retry`` to raise, or ``exc`` once dead-lettered.
+    """``OutboxTask.retry``: the ``Retry`` to raise, or ``exc`` once dead-lettered
+    (:class:`RetriesExhausted` when ``exc`` is ``None``: no error to name).
 
     ``attempt`` is the one running (:func:`running_attempt`), or built from the request
     when none runs here.
@@ -129,6 +131,12 @@ def retry(
         kwargs=kwargs,
         overrides=overrides,
     )
+
+
+def handled_error() -> Exception | None:
+    """The error being handled where ``retry()`` was called (its ``except`` block), if any."""
+    error = sys.exc_info()[1]
+    return error if isinstance(error, Exception) and not isinstance(error, Retry) else None
 
 
 def running_attempt() -> Attempt | None:

@@ -28,7 +28,7 @@ from celery_outbox.registry import store_for
 from celery_outbox.worker import successors
 from celery_outbox.worker.atomic import atomic_alias, serialise_result
 from celery_outbox.worker.attempt import JOIN_HEADER, Attempt
-from celery_outbox.workflow_dispatch import handing_on
+from celery_outbox.workflow_dispatch import ending_step, handing_on
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +71,10 @@ class Step:
         """In the atomic step's transaction: count the chord join (``result``: ``value``
         serialised once, as ``CompletedTask.result``), dispatch the successors
         (``durable``: which tasks are ``OutboxTask`` s), count the step."""
-        if self.join is not None:
-            self._join(result)
-        successors.dispatch_in_transaction(self.task, value, durable=durable)
+        with ending_step():
+            if self.join is not None:
+                self._join(result)
+            successors.dispatch_in_transaction(self.task, value, durable=durable)
         if self.root is not None:
             store_for(self.task.app).workflow_step_done(
                 self.root, now=utcnow(), using=atomic_alias(self.task, self.attempt)

@@ -17,20 +17,19 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Case, Count, F, Min, When
 
-from celery_outbox.estimates import DUE_LATER, settled, status_is
+from celery_outbox.estimates import settled
 from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
 from celery_outbox.records import OUTBOX_TABLE, DeadLetterStatus, MessageStatus
 from celery_outbox.storage import OutboxStore
 from django_outbox.models import DeadLetter, SweepRecord
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
 from django_outbox.store.clocks import clock_of, database_now
-from django_outbox.store.counting import bound_on, bounded_count, estimate
+from django_outbox.store.counting import bound_on, bounded_counts, planner_estimate
 from django_outbox.store.orm import messages
 
 #: When a due row started waiting: its due time, or its creation once a publish failed.
 _WAITING_SINCE = Case(When(attempts__gt=0, then=F("created_at")), default=F("available_at"))
 FAILED = MessageStatus.FAILED.value
-_PENDING, _FAILED = status_is(MessageStatus.PENDING.value), status_is(FAILED)
 
 
 #: The due rows' count and longest wait, of the ``%s`` rows due longest (PostgreSQL).
@@ -41,6 +40,10 @@ _BOUNDED_DUE = f"""
         ORDER BY available_at LIMIT %s
     ) AS due
 """
+
+
+def _failed(alias: str) -> Any:
+    return messages(alias).filter(status=FAILED)
 
 
 def _due(alias: str, now: datetime, bound: int | None) -> dict[str, Any]:
@@ -67,20 +70,25 @@ class DjangoMonitoring(OutboxStore):
             return clock_of(alias)()
 
     def backlog(self, *, using: str | None = None, bound: int | None = None) -> Backlog:
-        """Four short reads: the clock, the parked, the failed and the due rows (a count
-        above ``bound`` is PostgreSQL's estimate: :mod:`celery_outbox.estimates`)."""
+        """Two short reads after the clock: the parked and the failed rows' counts, then
+        the due rows' (a count above ``bound`` is PostgreSQL's estimate:
+        :mod:`celery_outbox.estimates`; the due rows' is the pending rows' less the parked,
+        since the planner takes status and due time for independent)."""
         alias = alias_of(using)
         refresh_connection(alias)
         bound = bound_on(alias, bound)
         with store_errors("read the outbox backlog"):
             now = database_now(alias)
             pending = messages(alias).pending()
-            parked = bounded_count(pending.filter(available_at__gt=now), bound, DUE_LATER)
-            failed = bounded_count(messages(alias).filter(status=FAILED), bound, _FAILED)
-            due = _due(alias, now, bound)
-            count = settled(
-                due["count"], bound, lambda: estimate(alias, OUTBOX_TABLE, _PENDING) - parked
+            later = messages(alias).filter(available_at__gt=now)  # pending, in practice
+            counts = bounded_counts(
+                {"parked": pending.filter(available_at__gt=now), "failed": _failed(alias)},
+                bound,
+                estimated_as={"parked": later},
             )
+            parked, failed = counts["parked"], counts["failed"]
+            due = _due(alias, now, bound)
+            count = settled(due["count"], bound, lambda: (planner_estimate(pending) or 0) - parked)
         since: datetime | None = due["since"]
         return Backlog(
             due=count,
@@ -92,17 +100,16 @@ class DjangoMonitoring(OutboxStore):
     def count_dead_letters(
         self, *, using: str | None = None, bound: int | None = None
     ) -> Mapping[DeadLetterStatus, int]:
-        """One count per status, each a range of the ``status, failed_at`` index (a
-        ``GROUP BY`` over the whole table is planned as a sequential scan)."""
+        """One statement of a count per status, each a range of the ``status, failed_at``
+        index (a ``GROUP BY`` over the whole table is planned as a sequential scan)."""
         alias = alias_of(using)
         refresh_connection(alias)
         bound = bound_on(alias, bound)
         letters = DeadLetter.objects.using(alias)
         with store_errors("count the dead letters"):
-            return {
-                s: bounded_count(letters.filter(status=s.value), bound, status_is(s.value))
-                for s in DeadLetterStatus
-            }
+            return bounded_counts(
+                {s: letters.filter(status=s.value) for s in DeadLetterStatus}, bound
+            )
 
     def keeps_sweeps(self) -> bool:
         """Always: the ``celery_outbox_sweep`` table records the last sweep."""

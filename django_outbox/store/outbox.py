@@ -12,7 +12,7 @@ errors leave as :class:`~celery_outbox.exceptions.StoreError` with the cause cha
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from django.db import transaction
@@ -28,7 +28,7 @@ from celery_outbox.records import (
 from celery_outbox.storage import PublishCallback, Supersedes
 from django_outbox._compat import on_commit_callbacks
 from django_outbox.settings import settings
-from django_outbox.store import batches, commits, letters
+from django_outbox.store import batches, bulk, commits, letters
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
 from django_outbox.store.completions import DjangoCompletions
 from django_outbox.store.monitoring import DjangoMonitoring
@@ -61,6 +61,21 @@ class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring, Dj
                 commits.doubt(transaction.get_connection(alias))
                 row_id = strategy.supersede(message, supersedes, alias=alias)
             return row_id
+
+    def transaction_token(self, *, using: str | None = None) -> Hashable | None:
+        """The alias's connection and its open savepoints; ``None`` outside an atomic block."""
+        return bulk.token(alias_of(using))
+
+    def add_many(
+        self, messages: Sequence[NewMessage], *, using: str | None = None
+    ) -> list[int | None]:
+        """One multi-row upsert on PostgreSQL and SQLite 3.35+ (:mod:`~.bulk`); else one
+        insert per row."""
+        alias = alias_of(using)
+        if not bulk.can_batch(alias):
+            return super().add_many(messages, using=alias)
+        with store_errors("write outbox rows"):
+            return bulk.upsert_many(messages, alias=alias)
 
     def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
         """``transaction.on_commit``: savepoint-aware; at once outside an atomic block."""

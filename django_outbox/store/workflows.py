@@ -27,7 +27,6 @@ from django.db.models import Case, DateTimeField, F, Q, QuerySet, Value, When
 from django.db.models.functions import Least
 
 from celery_outbox import join_parts
-from celery_outbox.estimates import status_is
 from celery_outbox.storage import OutboxStore
 from celery_outbox.workflows import WORKFLOW_STATUSES, JoinProgress, StoredWorkflow, WorkflowStatus
 from django_outbox._compat import raw_delete
@@ -35,7 +34,7 @@ from django_outbox.models import ChordJoin, Workflow
 from django_outbox.store import rows as convert
 from django_outbox.store import sql
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
-from django_outbox.store.counting import bound_on, bounded_count
+from django_outbox.store.counting import bound_on, bounded_counts
 from django_outbox.store.orm import locking
 
 
@@ -141,17 +140,16 @@ class DjangoWorkflows(OutboxStore):
     def count_workflows(
         self, *, using: str | None = None, bound: int | None = None
     ) -> Mapping[WorkflowStatus, int]:
-        """Workflows per status, every status present: one count per status, each a range
-        of the status index (a ``GROUP BY`` over the whole table is a sequential scan);
-        above ``bound``, PostgreSQL's estimate."""
+        """Workflows per status, every status present: one statement of a count per
+        status, each a range of the status index (a ``GROUP BY`` over the whole table is
+        a sequential scan); above ``bound``, PostgreSQL's estimate."""
         alias = alias_of(using)
         refresh_connection(alias)
         bound = bound_on(alias, bound)
         with store_errors("count workflows"):
-            return {
-                s: bounded_count(workflows(alias).filter(status=s), bound, status_is(s))
-                for s in WORKFLOW_STATUSES
-            }
+            return bounded_counts(
+                {s: workflows(alias).filter(status=s) for s in WORKFLOW_STATUSES}, bound
+            )
 
     def open_join(
         self, group_id: str, *, root_id: str, size: int, now: datetime, using: str | None = None

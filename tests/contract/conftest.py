@@ -79,6 +79,30 @@ def sa_mysql_engine(mysql_url: str) -> Iterator[Any]:
     )
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def engine(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A SQLAlchemy engine with the outbox tables, on SQLite and on PostgreSQL, emptied
+    after each test (a file that needs other databases defines its own)."""
+    made = request.getfixturevalue(f"sa_{request.param}_engine")
+    yield made
+    _empty(made)
+
+
+@pytest.fixture
+def pg_engine(sa_postgresql_engine: Any) -> Iterator[Any]:
+    """The PostgreSQL engine of :func:`engine` alone, emptied after each test."""
+    yield sa_postgresql_engine
+    _empty(sa_postgresql_engine)
+
+
+def _empty(engine: Any) -> None:
+    from celery_outbox.sqlalchemy import metadata
+
+    with engine.begin() as conn:
+        for table in metadata.sorted_tables:
+            conn.execute(table.delete())
+
+
 @pytest.fixture
 def sa_sqlite_engine(sqlite_url: str) -> Iterator[Any]:
     _need("sqlalchemy")

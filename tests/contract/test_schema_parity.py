@@ -1,7 +1,8 @@
 """The Django models and the SQLAlchemy tables describe the same tables.
 
 One database can then be shared by a Django project and a SQLAlchemy service: same table
-and column names, nullability, type family (and string lengths), and index names.
+and column names, nullability, type family (and string lengths), and index names (with
+the PostgreSQL expression indexes a migration builds outside the models).
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ pytest.importorskip("django", reason="Django is not installed: no models to comp
 from sqlalchemy import JSON, DateTime, Integer, String, Table, Text
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from celery_outbox.records import DEAD_LETTER_TABLE, OUTBOX_TABLE
+from celery_outbox.root_indexes import LETTER_ROOT_INDEX, PENDING_ROOT_INDEX
 from celery_outbox.sqlalchemy import metadata
+
+#: Expression indexes Django's migration 0011 builds on PostgreSQL, outside ``Meta.indexes``
+#: (``celery_outbox.root_indexes``; tests/django/test_admin_workflow_plans.py sees them built).
+_MIGRATION_INDEXES = {
+    OUTBOX_TABLE: {PENDING_ROOT_INDEX: ((), False)},
+    DEAD_LETTER_TABLE: {LETTER_ROOT_INDEX: ((), False)},
+}
 
 
 def _models() -> dict[str, Any]:
@@ -80,7 +90,7 @@ def _django_indexes(model: Any) -> dict[str, tuple[tuple[str, ...], bool]]:
     found = {i.name: (tuple(column[f] for f in i.fields), False) for i in meta.indexes}
     for constraint in meta.constraints:
         found[constraint.name] = (tuple(column[f] for f in constraint.fields), True)
-    return found
+    return {**found, **_MIGRATION_INDEXES.get(meta.db_table, {})}
 
 
 def _sa_indexes(table: Table) -> dict[str, tuple[tuple[str, ...], bool]]:

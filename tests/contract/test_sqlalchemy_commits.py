@@ -27,17 +27,6 @@ from tests.contract.factories import NOW, new_message
 GRACE = timedelta(seconds=10)
 
 
-@pytest.fixture(
-    params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
-)
-def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    made: Engine = request.getfixturevalue(f"sa_{request.param}_engine")
-    yield made
-    with made.begin() as conn:
-        for table in metadata.sorted_tables:
-            conn.execute(table.delete())
-
-
 @pytest.fixture
 def store(engine: Engine) -> SQLAlchemyOutboxStore:
     return SQLAlchemyOutboxStore(engine=engine)

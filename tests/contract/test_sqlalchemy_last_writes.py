@@ -14,17 +14,8 @@ pytest.importorskip("sqlalchemy")
 
 from sqlalchemy import Engine, event
 
-from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, metadata
+from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
 from tests.contract.factories import NOW
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    made: Engine = request.getfixturevalue(f"sa_{request.param}_engine")
-    yield made
-    with made.begin() as conn:
-        for table in metadata.sorted_tables:
-            conn.execute(table.delete())
 
 
 @pytest.fixture

@@ -69,6 +69,7 @@ def create_retry_app(
     task(base=OutboxTask, bind=True, name="retry.bad_retry_call")(bad_retry_call)
     task(base=OutboxTask, bind=True, name="retry.options_changed")(options_changed)
     task(base=OutboxTask, bind=True, name="retry.new_arguments")(new_arguments)
+    task(base=OutboxTask, bind=True, name="retry.bare", max_retries=1)(bare_retry)
     for name, options in (misconfigured or {}).items():
         task(base=OutboxTask, bind=True, name=name, **options)(always)
     return app
@@ -162,3 +163,14 @@ def options_changed(self: Task[Any, Any], key: str) -> None:
     log(self, key)
     type(self).max_retries = "3"  # type: ignore[assignment]
     raise ValueError(f"options changed {key}")
+
+
+def bare_retry(self: Task[Any, Any], key: str, wait: float) -> None:
+    """Ask for a retry in ``wait`` seconds naming no error; then, in an ``except`` block,
+    for one more naming none (``max_retries=1``: that one is exhausted)."""
+    if log(self, key) == 1:
+        raise self.retry(countdown=wait)
+    try:
+        raise LookupError(f"missing {key}")
+    except LookupError:
+        raise self.retry(countdown=0)  # noqa: B904 (retry() re-raises the handled error)

@@ -88,8 +88,9 @@ def require_browser() -> None:
 
 
 @contextlib.contextmanager
-def browser_page(base_url: str) -> Iterator[Any]:
-    """A fresh page of a headless chromium; no ORM calls while it is open."""
+def browser_page(base_url: str, *, javascript: bool = True) -> Iterator[Any]:
+    """A fresh page of a headless chromium (``javascript=False``: with JavaScript off);
+    no ORM calls while it is open."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -97,7 +98,9 @@ def browser_page(base_url: str) -> Iterator[Any]:
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
         )
         try:
-            context = browser.new_context(base_url=base_url, viewport=VIEWPORT)
+            context = browser.new_context(
+                base_url=base_url, viewport=VIEWPORT, java_script_enabled=javascript
+            )
             context.set_default_timeout(15_000)
             yield context.new_page()
         finally:
@@ -141,19 +144,26 @@ def _browser_available() -> None:
 
 
 @pytest.fixture
-def admin_server(transactional_db: None, settings: Any) -> Iterator[str]:
-    """URL of a live server (pytest-django's ``LiveServer``) serving the admin with its CSS.
+def admin_server(transactional_db: None, settings: Any, tmp_path: Path) -> Iterator[str]:
+    """URL of a live server (pytest-django's ``LiveServer``) serving the admin with its
+    static files and django_outbox's.
 
     Not the ``live_server`` fixture itself: ``tests/django_settings.py`` has no
     ``STATIC_URL`` and no ``django.contrib.staticfiles``, and the static handler
-    ``live_server`` then installs fails every request (``STATIC_URL=None``). Here the
-    admin's own static directory is served as ``STATIC_ROOT``.
+    ``live_server`` then installs fails every request (``STATIC_URL=None``). Here a
+    ``STATIC_ROOT`` links the two apps' static directories, as ``collectstatic`` would
+    gather them.
     """
     import django.contrib.admin
     from pytest_django.live_server_helper import LiveServer
 
+    import django_outbox
+
+    for app in (django.contrib.admin, django_outbox):
+        for found in (Path(app.__file__).parent / "static").iterdir():
+            (tmp_path / found.name).symlink_to(found, target_is_directory=True)
     settings.STATIC_URL = "/static/"
-    settings.STATIC_ROOT = str(Path(django.contrib.admin.__file__).parent / "static")
+    settings.STATIC_ROOT = str(tmp_path)
     server = LiveServer("localhost")
     yield server.url
     server.stop()

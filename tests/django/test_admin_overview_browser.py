@@ -6,8 +6,8 @@ A superuser reads the figures and both charts, requeues one group and discards a
 through their confirmation pages, and backs out of a third; a user without the
 permissions sees no button and a POST forged in the page (with a valid CSRF token) is
 refused; a POST without the token is refused; a message holding ``<script>`` renders as
-text. The page's screenshot goes to ``docs/images/admin-overview.png``
-(docs/operations.md shows it).
+text. The page's screenshot goes to ``docs/images/admin-overview.png``, its group
+confirmation's to ``admin-overview-confirm.png`` (docs/operations.md shows them).
 
 As in ``test_admin_browser.py``, rows are prepared before the browser opens and checked
 after it closes (Django refuses ORM calls while Playwright's loop runs).
@@ -18,7 +18,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -46,9 +45,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 OVERVIEW_PATH = "/admin/django_outbox/overview/"
 WIDTH, HEIGHT = 1280, 800
-#: The screenshot docs/operations.md shows.
+#: The screenshots docs/operations.md shows.
 SCREENSHOT = REPO_ROOT / "docs" / "images" / "admin-overview.png"
-CONFIRM_SCREENSHOT = Path("/tmp/admin-overview-confirm.png")
+CONFIRM_SCREENSHOT = REPO_ROOT / "docs" / "images" / "admin-overview-confirm.png"
 DECLINED = "shop.PaymentDeclined"
 TIMEOUT = "requests.exceptions.ReadTimeout"
 #: POSTs a group action from inside the page with the page's CSRF token; the status.

@@ -1,12 +1,14 @@
-"""The dead-letter and outbox-message lists and pages in a real browser at 1280 x 800:
+"""The dead-letter, outbox-message and completed-task lists and the dead-letter and
+outbox-message pages in a real browser at 1280 x 800:
 Playwright driving Debian's chromium, headless, against a live server on real PostgreSQL
 (the fixtures of ``test_admin_browser.py``; skipped like it without Playwright or chromium).
 
 Lists: no cell is wrapped into more than three lines (each cell's content height measured
 against its line height) and the time columns lie inside the window. Pages: each button
 (requeue, discard, publish now, reset, cancel) pressed by a user holding its permission
-and absent for one without it; a forged POST (no permission, or no CSRF token, or a GET)
-refused; ``<script>`` in a payload shown as text. Screenshots go to ``docs/images/``.
+and absent for one without it; a dead letter's links (its group, its requeued task)
+followed; a forged POST (no permission, or no CSRF token, or a GET) refused; ``<script>``
+in a payload shown as text. Screenshots go to ``docs/images/``.
 
 As there, rows are prepared before the browser opens and checked after it closes (Django
 refuses ORM calls while Playwright's event loop runs).
@@ -24,7 +26,7 @@ from django.contrib.admin.models import DELETION, LogEntry
 
 from celery_outbox.clock import utcnow
 from celery_outbox.records import DeadLetterStatus, MessageStatus
-from django_outbox.models import DeadLetter, OutboxMessage
+from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage
 from tests.django import test_admin_browser as browser
 from tests.django.admin_app import APP_PATH, make_letter
 from tests.django.test_admin_browser import INJECTED_NODES, PASSWORD, XSS, browser_page, make_user
@@ -39,6 +41,7 @@ WIDTH, HEIGHT = 1280, 800
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 LETTERS = "/admin/django_outbox/deadletter/"
 MESSAGES = "/admin/django_outbox/outboxmessage/"
+COMPLETED = "/admin/django_outbox/completedtask/"
 #: Realistic long values: a dotted task path, an exception path, a long message.
 TASK = "shop.notifications.tasks.send_order_confirmation_to_customer"
 EXCEPTION = "shop.providers.sms.exceptions.ProviderTemporarilyUnavailableError"
@@ -190,6 +193,28 @@ def test_the_outbox_message_list_is_readable_at_1280_by_800(admin_server: str) -
     assert (hidden, overflow) == (0, 0)
 
 
+def test_the_completed_task_list_is_readable_at_1280_by_800(admin_server: str) -> None:
+    make_user("root", superuser=True)
+    for n in range(12):
+        CompletedTask.objects.create(
+            task_id=str(uuid.uuid4()), task_name=f"{TASK}_{n}", completed_at=utcnow(),
+            result='{"order": 7, "sent": true}',
+        )  # fmt: skip
+
+    with browser_page(admin_server) as page:
+        log_in(page, "root", COMPLETED)
+        page.screenshot(path=str(IMAGES / "admin-completed-tasks.png"))
+        widest = widest_cells(page)
+        shown = visible(page, column_box(page, "completed"))
+        hidden = page.evaluate(HIDDEN)
+        overflow = page.evaluate("() => document.documentElement.scrollWidth") - WIDTH
+
+    assert len(widest) == 3, widest  # no actions: three columns
+    assert max(widest.values()) <= 3, widest
+    assert shown
+    assert (hidden, overflow) == (0, 0)
+
+
 # -- the dead-letter page ------------------------------------------------------------------
 def test_requeue_and_discard_buttons(admin_server: str) -> None:
     make_user("root", superuser=True)
@@ -206,6 +231,10 @@ def test_requeue_and_discard_buttons(admin_server: str) -> None:
         assert page.locator("details.outbox-fold").count() >= 1  # the long traceback
         injected = page.evaluate(INJECTED_NODES)
         page.screenshot(path=str(IMAGES / "admin-dead-letter.png"), full_page=True)
+        page.click("a.outbox-group-link")  # the dead letters of its task and exception
+        page.wait_for_url("**status__exact=dead**")
+        group_rows = page.locator("#result_list tbody tr").count()
+        page.go_back()
         page.click(".outbox-row-actions button[name=requeue]")
         page.locator(".messagelist .success").wait_for()
         requeue_note = page.locator(".messagelist").inner_text()
@@ -219,6 +248,7 @@ def test_requeue_and_discard_buttons(admin_server: str) -> None:
         page.wait_for_url(f"**{MESSAGES}{target.pk}/change/")
 
     assert injected == 0
+    assert group_rows == 2  # requeue_me and discard_me (the requeued letter is not dead)
     assert "1 dead letter was requeued." in requeue_note
     assert "1 dead letter was discarded." in discard_note
     assert confirmations == ["Discard this dead letter? It will not be requeued."]

@@ -2,7 +2,8 @@
 headless, against a live server on real PostgreSQL (the fixtures of
 ``test_admin_browser.py``; skipped like it without Playwright or chromium).
 
-A superuser reads the list without scrolling sideways, filters it, opens a workflow,
+A superuser reads the list without scrolling sideways (no cell wrapped into more than
+three lines), filters it, opens a workflow,
 follows its dead letter's link and comes back through the letter's workflow link; a name
 holding ``<script>`` renders as text.
 """
@@ -21,6 +22,7 @@ from django_outbox.models import CompletedTask, OutboxMessage, Workflow
 from tests.django import test_admin_browser as browser
 from tests.django.admin_app import make_letter
 from tests.django.test_admin_browser import INJECTED_NODES, PASSWORD, XSS, browser_page, make_user
+from tests.django.test_admin_pages_browser import widest_cells
 
 #: The browser tests' fixtures: skip without a browser; the live server with the admin's CSS.
 _browser_available = browser._browser_available
@@ -30,8 +32,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 WORKFLOWS_PATH = "/admin/django_outbox/workflow/"
 WIDTH, HEIGHT = 1280, 800
-SCREENSHOT = Path("/tmp/admin-workflows.png")
-PAGE_SCREENSHOT = Path("/tmp/admin-workflow.png")
+#: The screenshots docs/operations.md shows.
+IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+SCREENSHOT = IMAGES / "admin-workflows.png"
+PAGE_SCREENSHOT = IMAGES / "admin-workflow.png"
 WHEN = datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
 #: A long but realistic canvas name (``Workflow.name`` is the first task's name).
 NAME = "shop.checkout.tasks.place_order_and_notify_customer"
@@ -93,6 +97,9 @@ def test_the_list_fits_1280_pixels_and_leads_to_a_workflows_steps(admin_server: 
         page.screenshot(path=str(SCREENSHOT))
         assert page.locator("#result_list tbody tr").count() == 20
         assert overflow(page) == 0
+        widest = widest_cells(page)
+        assert len(widest) == 6, widest  # no actions: six columns
+        assert max(widest.values()) <= 3, widest
         headers = page.locator("#result_list thead th")
         last = headers.nth(headers.count() - 1).bounding_box()
         assert last is not None

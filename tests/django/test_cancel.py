@@ -64,7 +64,8 @@ def test_pending_and_parked_rows_are_deleted_logged_and_revoked(alice: User) -> 
     assert result.cancelled == {due.pk: due.task_id, parked.pk: parked.task_id}
     assert (result.skipped, result.in_flight, result.revoked) == (1, (), True)
     assert list(OutboxMessage.objects.values_list("id", flat=True)) == [failed.pk]
-    entries = LogEntry.objects.order_by("object_id")
+    # object_id is text: order numerically (ids 9 and 10 sort the wrong way as text).
+    entries = sorted(LogEntry.objects.all(), key=lambda e: int(e.object_id))
     assert [(e.user_id, e.object_id, e.action_flag) for e in entries] == [
         (alice.pk, str(due.pk), DELETION),
         (alice.pk, str(parked.pk), DELETION),
@@ -72,16 +73,35 @@ def test_pending_and_parked_rows_are_deleted_logged_and_revoked(alice: User) -> 
     assert due.task_id in entries[0].change_message
 
 
-def test_a_leased_row_is_reported_in_flight() -> None:
+def test_a_leased_row_is_reported_in_flight(caplog: pytest.LogCaptureFixture) -> None:
     taken = row(locked_until=utcnow() + timedelta(seconds=60))
     result = cancel_messages(OutboxMessage.objects.all(), app=app)
     assert result.in_flight == (taken.task_id,)
     assert result.revoked
     assert not OutboxMessage.objects.exists()
-    assert not LogEntry.objects.exists()  # no user: nothing to record
+    assert not LogEntry.objects.exists()  # no user: no admin-log entry, but a log line
+    assert (
+        f"by no user (not in the admin log), never to be published: task ids {taken.task_id}"
+        in caplog.text
+    )
 
 
-def test_inside_a_transaction_rolled_back_nothing_is_cancelled_or_revoked(alice: User) -> None:
+def test_each_committed_cancel_is_logged_with_who(
+    alice: User, caplog: pytest.LogCaptureFixture
+) -> None:
+    one, two = row(), row()
+    cancel_messages(OutboxMessage.objects.all(), by="alice", app=app)
+    [record] = [r for r in caplog.records if r.name == "django_outbox.cancelling"]
+    assert record.levelname == "WARNING"
+    assert record.getMessage() == (
+        "Cancelled 2 outbox row(s) on database 'default' by 'alice', never to be published: "
+        f"task ids {one.task_id}, {two.task_id}"
+    )
+
+
+def test_inside_a_transaction_rolled_back_nothing_is_cancelled_or_revoked(
+    alice: User, caplog: pytest.LogCaptureFixture
+) -> None:
     kept = row()
     results = []
 
@@ -96,6 +116,7 @@ def test_inside_a_transaction_rolled_back_nothing_is_cancelled_or_revoked(alice:
     assert not results[0].revoked  # sent on commit only
     assert OutboxMessage.objects.filter(pk=kept.pk).exists()
     assert not LogEntry.objects.exists()
+    assert "Cancelled" not in caplog.text  # rolled back: nothing to log
 
 
 def test_an_unknown_username_is_refused_before_anything_changes() -> None:

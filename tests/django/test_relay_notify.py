@@ -38,14 +38,14 @@ def on_postgresql() -> None:
         pytest.skip("NOTIFY is PostgreSQL's")
 
 
-def listening() -> bool:
+def listeners() -> set[int]:
+    """The backends of this database whose last statement was the relay's LISTEN."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND query = %s",
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
             [f'LISTEN "{CHANNEL}"'],
         )
-        return bool(cursor.fetchone()[0])
+        return {pid for (pid,) in cursor.fetchall()}
 
 
 def test_the_migration_creates_the_trigger_on_postgresql() -> None:
@@ -71,10 +71,12 @@ def test_a_notify_wakes_the_relay_long_before_its_poll(redis_url: str, queue_nam
         finally:
             connections.close_all()
 
+    # A listener left by an earlier relay on this database is not this one's.
+    before = listeners()
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
-        wait_for(listening, timeout=DEADLINE, what="the relay's LISTEN")
+        wait_for(lambda: listeners() - before, timeout=DEADLINE, what="the relay's LISTEN")
         message = build_message(
             app.tasks[RECORD],
             (),
@@ -86,7 +88,12 @@ def test_a_notify_wakes_the_relay_long_before_its_poll(redis_url: str, queue_nam
             max_bytes=None,
         )
         store.add(message)  # committed at once, with no on-commit publisher
-        wait_for(lambda: not OutboxMessage.objects.exists(), timeout=DEADLINE, what="NOTIFY")
+        try:
+            wait_for(lambda: not OutboxMessage.objects.exists(), timeout=DEADLINE, what="NOTIFY")
+        except TimeoutError as exc:  # say where the row stands
+            fields = ("status", "attempts", "last_error", "locked_until", "created_at")
+            rows = list(OutboxMessage.objects.values(*fields, "available_at"))
+            raise AssertionError(f"not published: {rows}; listeners {listeners()}") from exc
     finally:
         stop.set()
         thread.join(timeout=30)

@@ -18,6 +18,7 @@ from kombu import Connection
 from celery_outbox.exceptions import OutboxConfigError
 from celery_outbox.records import MessageStatus
 from celery_outbox.sweep_task import sweep_app
+from celery_outbox.worker.republish import NO_ERROR_REASON, RETRY_REASON_HEADER
 from django_outbox.models import DeadLetter, OutboxMessage
 from tests.brokers import purge_queue
 from tests.django.conftest import close_app
@@ -281,6 +282,43 @@ def test_retry_with_new_arguments_runs_the_next_attempt_with_them(run: Run) -> N
     letter = DeadLetter.objects.get()  # a retry() argument it cannot send: named, not lost
     assert letter.task_id == bad
     assert "args='not a list'" in letter.exception_message
+
+
+def test_a_retry_naming_no_error_says_so_and_one_in_an_except_names_that_error(
+    run: Run,
+) -> None:
+    """``self.retry()`` with no ``exc``: parked and logged without an error (never as
+    ``RetriesExhausted``); in an ``except`` block, the handled error is the retry's, and
+    the dead letter's once retries are exhausted."""
+    worker = run.start({"outbox_park_after": 1.0})  # no beat: it would outlive the test
+    result = run.app.tasks["retry.bare"].delay("bare", PARKED_WAIT)
+    run.wait_attempts("retry.bare", 1)
+    wait_for(
+        lambda: OutboxMessage.objects.filter(task_id=result.id).exists(),
+        timeout=5,
+        what="the parked row",
+    )
+    row = OutboxMessage.objects.get(task_id=result.id)
+    assert row.options["headers"][RETRY_REASON_HEADER] == NO_ERROR_REASON
+    wait_for(
+        lambda: sweep_app(run.app).published > 0,
+        timeout=PARKED_WAIT + 15,
+        interval=0.3,
+        what="the sweep to publish the parked retry once due",
+    )
+    wait_for(
+        lambda: DeadLetter.objects.filter(task_id=result.id).exists(),
+        timeout=30,
+        what="the dead letter of the exhausted retry",
+    )
+    letter = DeadLetter.objects.get(task_id=result.id)
+    assert letter.exception_type.endswith("LookupError"), letter.exception_type
+    assert "missing bare" in letter.exception_message
+    assert len(run.attempts("retry.bare")) == 2
+    log = worker.log_text()
+    retried = [line for line in log.splitlines() if result.id in line and "Retry" in line]
+    assert retried, log[-3000:]
+    assert "RetriesExhausted" not in log, retried
 
 
 def queue_length(run: Run) -> int:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from celery import Celery, Task
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, func, select
 
 from celery_outbox import OutboxTask
 from celery_outbox.registry import install_store
@@ -97,7 +98,22 @@ def _explicit(self: Task) -> None:
 
 def _parked(self: Task) -> None:
     if _record(self) < 1:
+        # Until its publisher deletes the dispatch's own row (slow on a busy machine), a
+        # retry cannot be parked under the same task id and rides on an ETA instead, by
+        # design (worker/republish.py): wait for the row to go, so that this one parks.
+        _until_no_pending_row(self.request.id)
         raise self.retry(countdown=PARKED_COUNTDOWN)
+
+
+def _until_no_pending_row(task_id: str, *, timeout: float = 30.0) -> None:
+    table = _store.tables.outbox
+    query = select(func.count()).where(table.c.task_id == task_id, table.c.status == "pending")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with _engine.connect() as conn:
+            if not conn.execute(query).scalar():
+                return
+        time.sleep(0.05)
 
 
 def _dead(self: Task) -> None:

@@ -146,7 +146,13 @@ def test_a_parked_retry_is_published_by_the_sweeper_to_the_retry_queue(world: Wo
     task_id = world.dispatch(PARKED)
     world.wait_runs(task_id, 1)
     # The retry waits longer than outbox_park_after: a parked row, not a broker message.
-    wait_for(lambda: world.store.oldest_pending() is not None, timeout=30, what="the parked retry")
+    try:
+        wait_for(lambda: world.store.oldest_pending() is not None, timeout=30, what="parking")
+    except TimeoutError as exc:  # say what became of the task instead
+        raise AssertionError(
+            f"no parked row after 30 s; runs: {world.runs_of(task_id)}, "
+            f"dead letters: {world.letters(task_id)}"
+        ) from exc
     sweeper = Sweeper(
         app=world.app,
         store=world.store,

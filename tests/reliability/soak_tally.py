@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from celery_outbox.records import MessageStatus
@@ -125,15 +125,18 @@ def dead_letters(engine: Engine) -> dict[str, str]:
 
 def republish_missing(engine: Engine, found: SoakCount) -> int:
     """Make the published rows of what never ran pending again (not those of dead letters:
-    nothing runs them again but an operator's requeue); how many."""
+    nothing runs them again but an operator's requeue); how many. One row per task, its
+    newest: a task retried has several published rows, and a task id has at most one
+    pending row."""
     c = outbox_table.c
     published = c.status == MessageStatus.PUBLISHED.value
     not_done = c.task_id.in_(sorted(found.plain.lost)) | (
         c.task_name.in_(ATOMIC_NAMES) & c.task_id.not_in(select(completed_table.c.task_id))
     )
     dead = c.task_id.in_(sorted(found.dead_letters))
+    newest = select(func.max(c.id)).where(published & not_done & ~dead).group_by(c.task_id)
     with engine.begin() as conn:
-        ids = list(conn.execute(select(c.id).where(published & not_done & ~dead)).scalars())
+        ids = list(conn.execute(newest).scalars())
         if ids:
             conn.execute(
                 update(outbox_table)

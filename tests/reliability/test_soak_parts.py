@@ -1,15 +1,27 @@
 """The pure parts of the chaos soak (``test_soak.py``): its duration setting, the kinds of
-its keys, and what its workflows must record. Seconds, no services."""
+its keys, what its workflows must record, and which rows its drain republishes (on
+SQLite). Seconds, no services."""
 
 from __future__ import annotations
 
+from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from sqlalchemy import insert, select
 
+from tests.reliability.app import FLAKY
 from tests.reliability.atomic_app import ATOMIC_ADD
-from tests.reliability.soak_app import ATOMIC_RETRIES, create_soak_app, soak_seconds
+from tests.reliability.ledger import Tally
+from tests.reliability.soak_app import (
+    ATOMIC_RETRIES,
+    create_soak_app,
+    create_soak_tables,
+    soak_seconds,
+)
 from tests.reliability.soak_load import canvas, kind_of, workflow_expected
+from tests.reliability.soak_tally import SoakCount, republish_missing
 from tests.reliability.workflow_chaos_app import STEP
 from tests.reliability.workflow_tally import WorkflowTally, tally
 
@@ -61,4 +73,56 @@ def test_canvases_record_the_expected_keys(tmp_path: Path) -> None:
     assert chain_keys + chord_keys == list(workflow_expected(["wc0", "wd1"]))
     # The atomic tasks' retries outlast the soak's database outages (soak_app.ATOMIC_RETRIES).
     assert {app.tasks[name].max_retries for name in (ATOMIC_ADD, STEP)} == {ATOMIC_RETRIES}
+    store.engine.dispose()
+
+
+def test_a_lost_task_retried_before_is_republished_once_its_newest_row(tmp_path: Path) -> None:
+    """A lost ``flaky`` task has a published row per attempt; only its newest is made
+    pending again (a task id has one pending row: CI's soak once died on the second)."""
+    _app, store = create_soak_app(
+        broker="memory://",
+        db_url=f"sqlite:///{tmp_path / 'soak.db'}",
+        queue="soak",
+        ledger_dir=str(tmp_path),
+    )
+    create_soak_tables(store.engine)
+    rows = [("f1", "published"), ("f1", "published"), ("r2", "published"), ("r3", "published")]
+    table = store.tables.outbox
+    now = datetime.now(timezone.utc)
+    with store.engine.begin() as conn:
+        for task_id, status in rows:
+            conn.execute(
+                insert(table).values(
+                    task_id=task_id,
+                    task_name=FLAKY,
+                    payload=b"{}",
+                    options={},
+                    status=status,
+                    available_at=now,
+                    created_at=now,
+                )
+            )
+    plain = Tally(expected=frozenset({"f1", "r2", "r3"}), seen=Counter({"r3": 1}))
+    found = SoakCount(
+        committed=Counter(),
+        plain=plain,
+        atomic_counter=0,
+        atomic_effects=0,
+        atomic_effect_duplicates=0,
+        atomic_lost=0,
+        atomic_phantoms=0,
+        workflow=WorkflowTally(
+            lost=0, duplicates=0, wrong=0, bodies_lost=0, bodies_duplicated=0, bodies_wrong=0
+        ),
+        workflow_steps=0,
+        workflows_succeeded=0,
+        workflows_total=0,
+        dead_letters={},
+    )
+    assert republish_missing(store.engine, found) == 2
+    c = table.c
+    with store.engine.connect() as conn:
+        pending = conn.execute(select(c.id, c.task_id).where(c.status == "pending")).all()
+    assert sorted(task_id for _, task_id in pending) == ["f1", "r2"]
+    assert max(i for i, t in pending if t == "f1") == 2  # the newest of f1's rows
     store.engine.dispose()

@@ -7,12 +7,15 @@ is no longer bounded (a stalled broker hangs the commit) and these tests say whi
 from __future__ import annotations
 
 import inspect
+import uuid
+from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import amqp
 import pytest
 from celery import Celery
-from kombu import Connection
+from kombu import Connection, Queue
 from kombu.transport import pyamqp
 
 from celery_outbox import broker
@@ -176,3 +179,104 @@ def test_other_transports_keep_their_own_clients() -> None:
         create = channel.__dict__.get("_create_client")
         broker.reuse_client(channel)
         assert channel.__dict__.get("_create_client") is create
+
+
+# -- publisher confirms on RabbitMQ (Confirms) -----------------------------------------------
+
+
+def test_py_amqp_waits_for_each_confirm_through_these_names() -> None:
+    # Confirms counts publishes by wrapping the instance's _basic_publish and confirm_select:
+    # basic_publish_confirm must still reach them through self, and select confirms once.
+    source = inspect.getsource(amqp.Channel.basic_publish_confirm)
+    assert "self._confirm_selected" in source
+    assert "self.confirm_select()" in source
+    assert "self._basic_publish(" in source
+    assert callable(amqp.Channel._basic_publish)
+    assert {"timeout", "confirm_timeout"} <= set(
+        inspect.signature(amqp.Channel._basic_publish).parameters
+    )
+    assert "timeout" in inspect.signature(amqp.Connection.drain_events).parameters
+    # A nack reaches the same callbacks as an ack, with the tag and the multiple flag.
+    for event, handler in (("basic_ack", "_on_basic_ack"), ("basic_nack", "_on_basic_nack")):
+        handled = inspect.getsource(getattr(amqp.Channel, handler))
+        assert f"self.events['{event}']" in handled
+        assert "callback(delivery_tag, multiple)" in handled
+
+
+def test_a_nacked_rows_error_names_py_amqps_exception() -> None:
+    nacked = amqp.exceptions.MessageNacked
+    assert broker.Confirms.NACKED.startswith(f"{nacked.__module__}.{nacked.__qualname__}: ")
+
+
+@pytest.fixture
+def amqp_channel(amqp_url: str) -> Iterator[tuple[Any, Queue]]:
+    """A py-amqp channel asking for publisher confirms (as connect()'s), and a queue."""
+    conn = Connection(amqp_url, transport_options={"confirm_publish": True})
+    queue = Queue(f"celery-outbox-confirms-{uuid.uuid4()}", routing_key="")
+    channel = conn.channel()
+    bound = queue(channel)
+    bound.declare()
+    try:
+        yield channel, bound
+    finally:
+        bound.delete()
+        conn.close()
+
+
+def publish(channel: Any, queue: Queue, body: str) -> None:
+    channel.basic_publish(amqp.Message(body), exchange="", routing_key=queue.name)
+
+
+def test_confirms_counts_every_publish_of_its_channel_single_ones_too(
+    amqp_channel: tuple[Any, Queue],
+) -> None:
+    channel, queue = amqp_channel
+    confirms = broker.confirms(channel)
+    assert confirms is not None
+    publish(channel, queue, "single 1")  # basic_publish_confirm: selects, waits for its ack
+    publish(channel, queue, "single 2")
+    assert confirms.last_tag == 2
+    deadline = Deadline.after(timedelta(seconds=5))
+    for round_ in range(2):
+        with confirms.unawaited():
+            for n in range(3):
+                publish(channel, queue, f"batch {round_}-{n}")
+        assert confirms.wait(deadline) == [True, True, True]
+        assert confirms.outcomes() == []  # waited for: nothing left to tell
+        publish(channel, queue, f"single after {round_}")
+    assert confirms.last_tag == 2 + 2 * 4
+    assert queue.queue_declare(passive=True).message_count == 10
+
+
+def test_confirms_settles_tags_one_by_one_and_up_to_a_tag_and_keeps_the_first_outcome(
+    amqp_channel: tuple[Any, Queue],
+) -> None:
+    channel, queue = amqp_channel
+    # py-amqp reads what the broker sent before each publish when the connection
+    # advertises ``connection.blocked``: it would read the broker's own acks of the first
+    # tags while the part goes out (as CI under load did), before the frames below. Off
+    # for this connection (its own dict: the default one is shared), they stay unread.
+    properties = channel.connection.client_properties
+    properties["capabilities"] = {**properties["capabilities"], "connection.blocked": False}
+    confirms = broker.confirms(channel)
+    assert confirms is not None
+    publish(channel, queue, "before")  # tag 1
+    with confirms.unawaited():
+        for n in range(4):  # tags 2..5
+            publish(channel, queue, f"batch {n}")
+    # What py-amqp calls for each Basic.Nack / Basic.Ack frame it reads (the broker's own
+    # acks of these tags are still unread on the socket).
+    channel._on_basic_nack(3, False)
+    assert confirms.outcomes() == [None, False, None, None]
+    channel._on_basic_ack(4, True)  # 1..4: tag 3 stays nacked
+    assert confirms.outcomes() == [True, False, True, None]
+    channel._on_basic_ack(9, False)  # not one of them
+    # The broker's own acks settle tag 5.
+    assert confirms.wait(Deadline.after(timedelta(seconds=5))) == [True, False, True, True]
+
+
+def test_other_transports_have_no_confirms_to_track(redis_url: str) -> None:
+    with Connection("memory://") as conn:
+        assert broker.confirms(conn.default_channel) is None
+    with Connection(redis_url) as conn:
+        assert broker.confirms(conn.default_channel) is None

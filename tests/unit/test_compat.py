@@ -260,3 +260,21 @@ def test_a_groups_generator_is_a_regen_that_says_when_it_is_drawn_to_its_end(
     assert len(list(lazy.tasks)) == 3
     assert not _compat.drawn_lazily(lazy.tasks)
     assert not _compat.drawn_lazily(group([app.signature("t")]).tasks)
+
+
+def test_a_groups_members_are_dispatched_inside_its_apply_async_in_order(app: Celery) -> None:
+    # What group batching relies on: Celery's group.apply_async calls each member's
+    # apply_async, in member order, before it returns (a batch opened around it holds
+    # them all).
+    from celery import chunks
+
+    _Recording.sent = []
+    app.task(name="compat.b", base=_Recording, shared=False)(_noop)
+    b = app.tasks["compat.b"]
+    result = _compat._ORIGINAL_GROUP_APPLY_ASYNC(group([b.s(n) for n in range(3)], app=app))
+    assert [options["task_id"] for options in _Recording.sent] == [r.id for r in result.results]
+    # chunks dispatches a group of celery.starmap messages (Celery's own task, which
+    # runs the member task in process): the member task's apply_async is never called.
+    pieces = chunks(b.s(), [(n,) for n in range(4)], 2, app=app).group()
+    assert isinstance(pieces, group)
+    assert [t.task for t in pieces.tasks] == ["celery.starmap", "celery.starmap"]

@@ -1,0 +1,122 @@
+"""Deleting the rows an atomic step published, off the step's path (PostgreSQL).
+
+After an atomic step commits, the successor it handed on (the next chain step, a link, a
+chord body) is published and its row must then go. That fenced ``DELETE`` was a statement
+of its own, on the step's path, per step. Inside :func:`deferring` (the commit of an
+atomic run) it is handed to a thread of the process instead, which waits
+:data:`FLUSH_AFTER` for the rows of the next steps and deletes them all with one
+statement, as the sweeper does a batch.
+
+Nothing else changes: until then the rows are published and still hold the lease they
+were born with (at least a second, ``outbox_claim_lease``), so no sweeper publishes them
+again, and the ``DELETE`` is fenced by that lease as before. A process killed before the
+thread ran leaves them to the sweeper once their lease ends, as a kill between the publish
+and the ``DELETE`` always did (an atomic successor skips the duplicate). A process that
+exits deletes what is left first (``atexit``, and Celery's ``worker_process_shutdown`` for
+prefork children, which leave without running ``atexit``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import datetime
+
+from celery.signals import worker_process_shutdown
+
+from celery_outbox.records import Claim
+
+logger = logging.getLogger(__name__)
+
+#: Seconds the thread waits after the first row before deleting (the rows of the steps
+#: that commit meanwhile go in the same statement).
+FLUSH_AFTER = 0.05
+
+#: Deletes ``(ids, leases)`` fenced by the leases: the store's statement.
+Delete = Callable[[Sequence[int], Sequence[datetime]], object]
+
+_deferring: ContextVar[bool] = ContextVar("celery_outbox_deferring_deletes", default=False)
+
+
+@contextmanager
+def deferring() -> Iterator[None]:
+    """Within the block, :meth:`PublishedRows.defer` takes the published rows' deletes."""
+    token = _deferring.set(True)
+    try:
+        yield
+    finally:
+        _deferring.reset(token)
+
+
+class PublishedRows:
+    """The published rows of one store waiting for their ``DELETE``, and the thread that
+    runs it (started in the process that defers the first row, again after a fork)."""
+
+    def __init__(self, delete: Delete, *, flush_after: float = FLUSH_AFTER) -> None:
+        self._delete = delete
+        self._flush_after = flush_after
+        self._rows: dict[int, datetime] = {}
+        self._ready = threading.Condition()
+        self._pid: int | None = None
+
+    def took(self, claim: Claim, ids: Sequence[int], *, dialect: str) -> bool:
+        """Whether the deletes of the published rows ``ids`` of ``claim`` were deferred:
+        inside :func:`deferring`, on PostgreSQL (SQLite's writers lock each other out)."""
+        if not _deferring.get() or dialect != "postgresql":
+            return False
+        self.defer(ids, {m.id: m.locked_until or claim.lease_until for m in claim.messages})
+        return True
+
+    def defer(self, ids: Sequence[int], leases: dict[int, datetime]) -> None:
+        """Delete the rows ``ids`` (each fenced by its lease in ``leases``) soon."""
+        self._start_here()
+        with self._ready:
+            for row_id in ids:
+                self._rows[row_id] = leases[row_id]
+            self._ready.notify()
+
+    def flush(self) -> None:
+        """Delete every row waiting now, on the calling thread. Never raises (logged)."""
+        with self._ready:
+            rows, self._rows = self._rows, {}
+        if not rows:
+            return
+        try:
+            self._delete(list(rows), sorted(set(rows.values())))
+        except Exception:  # the rows stay leased: the sweeper publishes them again
+            logger.warning(
+                "celery-outbox: %d published row(s) could not be deleted; the sweeper "
+                "publishes them again once their lease ends",
+                len(rows),
+                exc_info=True,
+            )
+
+    def _start_here(self) -> None:
+        # Unlocked: two threads starting at once start two flushers, which is harmless.
+        pid = os.getpid()
+        if self._pid == pid:
+            return
+        if self._pid is not None:  # forked: the parent's rows are the parent's to delete
+            self._rows = {}
+            self._ready = threading.Condition()
+        self._pid = pid
+        threading.Thread(target=self._run, name="celery-outbox-deletes", daemon=True).start()
+        atexit.register(self.flush)
+        worker_process_shutdown.connect(self._on_shutdown, weak=False)
+
+    def _on_shutdown(self, **_: object) -> None:
+        self.flush()
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._rows:
+                    self._ready.wait()
+            time.sleep(self._flush_after)
+            self.flush()
