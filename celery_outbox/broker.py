@@ -223,6 +223,7 @@ class Confirms:
         self._floor = 0  # every tag up to this one is confirmed (a ``multiple`` confirm)
         self._first = 1  # the tag of the first publish of the last unawaited()
         self._outcomes: list[bool | None] = []  # of each of its publishes (None: not yet)
+        self._unsettled = 0  # how many of them are None
         publish, select = channel._basic_publish, channel.confirm_select
 
         def counted_publish(*args: Any, **kwargs: Any) -> Any:
@@ -242,7 +243,7 @@ class Confirms:
         """Within: the channel's publishes go out without waiting for their confirms
         (:meth:`wait` waits for them all; :meth:`outcomes` tells them after an error)."""
         channel = self.channel
-        self._outcomes = []
+        self._outcomes, self._unsettled = [], 0
         if not channel._confirm_selected:  # as basic_publish_confirm does
             channel._confirm_selected = True
             channel.confirm_select()
@@ -251,6 +252,7 @@ class Confirms:
         def publish(*args: Any, **kwargs: Any) -> None:
             channel._basic_publish(*args, **kwargs)
             self._outcomes.append(None)
+            self._unsettled += 1
 
         confirming, channel.basic_publish = channel.basic_publish, publish
         try:
@@ -270,9 +272,9 @@ class Confirms:
         Exception
             Whatever the connection raised (a ``TimeoutError`` when it stalls).
         """
-        while unsettled := self._outcomes.count(None):
+        while unsettled := self._unsettled:
             self.channel.connection.drain_events(timeout=deadline.check())
-            if self._outcomes.count(None) < unsettled:
+            if self._unsettled < unsettled:
                 deadline.progressed()
         settled, self._outcomes = [bool(acked) for acked in self._outcomes], []
         return settled
@@ -290,6 +292,7 @@ class Confirms:
         for index in range(max(first - self._first, 0), last + 1):
             if self._outcomes[index] is None:
                 self._outcomes[index] = acked
+                self._unsettled -= 1
 
 
 def confirms(channel: Any) -> Confirms | None:

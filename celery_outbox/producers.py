@@ -183,7 +183,8 @@ class Producers:
                 acks = confirms.wait(deadline)
         except Exception as exc:  # noqa: BLE001 - fall back: each row succeeds or fails alone
             acked = [m.id for m, ok in zip(pending, confirms.outcomes(), strict=False) if ok]
-            rest = [m for m in pending if m.id not in set(acked)]
+            done = set(acked)
+            rest = [m for m in pending if m.id not in done]
             again = self._fall_back(rest, exc, deadline, path)
             return Sent(published=acked + again.published, failed=again.failed)
         outcomes = dict(zip((m.id for m in pending), acks, strict=True))

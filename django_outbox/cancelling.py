@@ -128,15 +128,22 @@ def revoke(app: Celery, task_ids: list[str]) -> dict[str, Any]:
     return {"revoked": True}
 
 
+#: How many task ids a cancel's log line names (the admin log has each row).
+ANNOUNCED_IDS = 20
+
+
 def _announce(alias: str, user: AbstractBaseUser | None, task_ids: list[str]) -> None:
     """Log a committed cancel: a record even when no user was given."""
     who = "no user (not in the admin log)" if user is None else repr(user.get_username())
+    shown = ", ".join(task_ids[:ANNOUNCED_IDS])
+    if len(task_ids) > ANNOUNCED_IDS:
+        shown += f" and {len(task_ids) - ANNOUNCED_IDS} more"
     logger.warning(
         "Cancelled %d outbox row(s) on database %r by %s, never to be published: task ids %s",
         len(task_ids),
         alias,
         who,
-        ", ".join(task_ids),
+        shown,
     )
 
 

@@ -20,7 +20,7 @@ from django.db import transaction
 
 from celery_outbox.clock import utcnow
 from celery_outbox.records import MessageStatus
-from django_outbox.cancelling import cancel_messages
+from django_outbox.cancelling import ANNOUNCED_IDS, cancel_messages
 from django_outbox.models import OutboxMessage
 from tests.django.admin_app import APP_PATH, app
 
@@ -98,6 +98,20 @@ def test_each_committed_cancel_is_logged_with_who(
         f"task ids {one.task_id}, {two.task_id}"
     )
 
+
+
+def test_a_large_cancel_logs_one_line_naming_the_first_ids(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rows = [row() for _ in range(ANNOUNCED_IDS + 5)]
+    result = cancel_messages(OutboxMessage.objects.all(), app=app)
+    assert len(result.cancelled) == ANNOUNCED_IDS + 5
+    [record] = [r for r in caplog.records if r.name == "django_outbox.cancelling"]
+    message = record.getMessage()
+    assert message.startswith(f"Cancelled {ANNOUNCED_IDS + 5} outbox row(s)")
+    assert message.endswith(" and 5 more")
+    named = [r.task_id for r in rows if r.task_id in message]
+    assert len(named) == ANNOUNCED_IDS
 
 def test_inside_a_transaction_rolled_back_nothing_is_cancelled_or_revoked(
     alice: User, caplog: pytest.LogCaptureFixture
