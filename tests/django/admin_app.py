@@ -10,12 +10,17 @@ from __future__ import annotations
 import os
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
 from celery_outbox import OutboxTask
+from celery_outbox.clock import utcnow
+from celery_outbox.records import MessageStatus
 from tests.django.celery_app import RECORD, create_app
+
+if TYPE_CHECKING:
+    from django_outbox.models import OutboxMessage
 
 #: Value of ``DJANGO_OUTBOX_CELERY_APP`` in these tests.
 APP_PATH = "tests.django.admin_app:app"
@@ -60,6 +65,24 @@ def make_letter(**fields: Any) -> Any:
     letter = DeadLetter(**values)
     letter.save(using=using)
     return letter
+
+
+def pending_row(**fields: Any) -> OutboxMessage:
+    """Save and return a ``pending`` outbox row of the ``record`` task, due now (JSON
+    payload, no retries yet); ``fields`` override."""
+    from django_outbox.models import OutboxMessage
+
+    values: dict[str, Any] = {
+        "task_id": str(uuid.uuid4()),
+        "task_name": RECORD,
+        "payload": '[[], {"order": 7}, {}]',
+        "options": {"content_type": "application/json", "headers": {"retries": 0}},
+        "status": MessageStatus.PENDING.value,
+        "available_at": utcnow(),
+    }
+    values.update(fields)
+    row: OutboxMessage = OutboxMessage.objects.create(**values)
+    return row
 
 
 def dispatch_row(**options: Any) -> Any:

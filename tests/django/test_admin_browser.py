@@ -107,13 +107,13 @@ def browser_page(base_url: str, *, javascript: bool = True) -> Iterator[Any]:
             browser.close()
 
 
-def log_in(page: Any, username: str) -> None:
-    """Log in through the admin's login form."""
-    page.goto("/admin/login/?next=" + LETTERS_PATH)
+def log_in(page: Any, username: str, next_path: str = LETTERS_PATH) -> None:
+    """Log in through the admin's login form, which then opens ``next_path``."""
+    page.goto("/admin/login/?next=" + next_path)
     page.fill("#id_username", username)
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
-    page.wait_for_url("**" + LETTERS_PATH)
+    page.wait_for_url("**" + next_path)
 
 
 def action_names(page: Any) -> list[str]:

@@ -23,12 +23,12 @@ from urllib.parse import urlencode
 import pytest
 
 from celery_outbox.clock import utcnow
-from celery_outbox.records import DeadLetterStatus, MessageStatus
+from celery_outbox.records import DeadLetterStatus
 from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage, Workflow
 from tests.django import csp
 from tests.django import test_admin_browser as browser
-from tests.django.admin_app import APP_PATH, make_letter
-from tests.django.test_admin_browser import PASSWORD, XSS, browser_page, make_user
+from tests.django.admin_app import APP_PATH, make_letter, pending_row
+from tests.django.test_admin_browser import XSS, browser_page, log_in, make_user
 
 #: The browser tests' fixtures: skip without a browser; the live server with the admin's CSS.
 _browser_available = browser._browser_available
@@ -63,27 +63,6 @@ def strict_csp(settings: Any) -> None:
 def csp_server(strict_csp: None, admin_server: str) -> str:
     """The live server (started after the policy's middleware was set)."""
     return admin_server
-
-
-def pending_row(**fields: Any) -> OutboxMessage:
-    values: dict[str, Any] = {
-        "task_id": str(uuid.uuid4()),
-        "task_name": "django_e2e.record",
-        "payload": '[[], {"order": 7}, {}]',
-        "options": {"content_type": "application/json", "headers": {"retries": 0}},
-        "status": MessageStatus.PENDING.value,
-        "available_at": utcnow(),
-    }
-    values.update(fields)
-    return OutboxMessage.objects.create(**values)
-
-
-def log_in(page: Any, username: str, next_path: str) -> None:
-    page.goto("/admin/login/?next=" + next_path)
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url("**" + next_path)
 
 
 def watch(page: Any) -> tuple[list[str], list[str]]:

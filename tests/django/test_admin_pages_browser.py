@@ -17,6 +17,7 @@ refuses ORM calls while Playwright's event loop runs).
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,10 @@ from django.contrib.admin.models import DELETION, LogEntry
 from celery_outbox.clock import utcnow
 from celery_outbox.records import DeadLetterStatus, MessageStatus
 from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage
+from tests.django import admin_app
 from tests.django import test_admin_browser as browser
 from tests.django.admin_app import APP_PATH, make_letter
-from tests.django.test_admin_browser import INJECTED_NODES, PASSWORD, XSS, browser_page, make_user
+from tests.django.test_admin_browser import INJECTED_NODES, XSS, browser_page, make_user
 
 #: The browser tests' fixtures: skip without a browser; the live server with the admin's CSS.
 _browser_available = browser._browser_available
@@ -92,12 +94,9 @@ def _outbox_app(settings: Any) -> None:
 
 
 def log_in(page: Any, username: str, next_path: str) -> None:
+    """Log in at 1280 x 800 (:func:`tests.django.test_admin_browser.log_in`)."""
     page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
-    page.goto("/admin/login/?next=" + next_path)
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url("**" + next_path)
+    browser.log_in(page, username, next_path)
 
 
 def accept_dialogs(page: Any) -> list[str]:
@@ -137,16 +136,44 @@ def csrf_token(page: Any) -> str:
 
 
 def pending_row(**fields: Any) -> OutboxMessage:
-    values: dict[str, Any] = {
-        "task_id": str(uuid.uuid4()),
-        "task_name": TASK,
-        "payload": '[[], {"order": 7}, {}]',
-        "options": {"content_type": "application/json", "headers": {"retries": 0}},
-        "status": MessageStatus.PENDING.value,
-        "available_at": utcnow(),
-    }
-    values.update(fields)
-    return OutboxMessage.objects.create(**values)
+    """A pending row of the long-named :data:`TASK` (:func:`tests.django.admin_app.pending_row`)."""
+    return admin_app.pending_row(**{"task_name": TASK, **fields})
+
+
+@dataclass(frozen=True)
+class ListLayout:
+    """How a list page lies in the window (:func:`open_list`)."""
+
+    #: The most lines a cell of each column takes (:func:`widest_cells`).
+    widest: dict[str, int]
+    #: Whether the list's time column lies in the window.
+    shown: bool
+    #: How far the table reaches beyond its scrolling container (:data:`HIDDEN`).
+    hidden: int
+    #: How far the page reaches beyond the window's width.
+    overflow: int
+
+
+def open_list(page: Any, path: str, image: str, time_column: str) -> ListLayout:
+    """Log in as ``root`` onto the list at ``path``, screenshot it to ``docs/images/<image>``
+    and measure it."""
+    log_in(page, "root", path)
+    page.screenshot(path=str(IMAGES / image))
+    return ListLayout(
+        widest=widest_cells(page),
+        shown=visible(page, column_box(page, time_column)),
+        hidden=page.evaluate(HIDDEN),
+        overflow=page.evaluate("() => document.documentElement.scrollWidth") - WIDTH,
+    )
+
+
+def assert_readable(layout: ListLayout, columns: int) -> None:
+    """``columns`` columns, no cell wrapped into more than three lines, the time column in
+    the window, nothing hidden in the container nor beyond the window."""
+    assert len(layout.widest) == columns, layout.widest
+    assert max(layout.widest.values()) <= 3, layout.widest
+    assert layout.shown
+    assert (layout.hidden, layout.overflow) == (0, 0)
 
 
 # -- lists ---------------------------------------------------------------------------------
@@ -156,18 +183,10 @@ def test_the_dead_letter_list_is_readable_at_1280_by_800(admin_server: str) -> N
         make_letter(task_name=f"{TASK}_{n}", exception_type=EXCEPTION, exception_message=MESSAGE)
 
     with browser_page(admin_server) as page:
-        log_in(page, "root", LETTERS)
-        page.screenshot(path=str(IMAGES / "admin-dead-letters.png"))
-        widest = widest_cells(page)
-        shown = visible(page, column_box(page, "failed"))
+        layout = open_list(page, LETTERS, "admin-dead-letters.png", "failed")
         hover = page.locator("#result_list .field-short_message span").first.get_attribute("title")
-        hidden = page.evaluate(HIDDEN)
-        overflow = page.evaluate("() => document.documentElement.scrollWidth") - WIDTH
 
-    assert len(widest) == 6, widest  # the checkbox and five columns
-    assert max(widest.values()) <= 3, widest
-    assert shown
-    assert (hidden, overflow) == (0, 0)
+    assert_readable(layout, 6)  # the checkbox and five columns
     assert hover == MESSAGE
 
 
@@ -180,17 +199,9 @@ def test_the_outbox_message_list_is_readable_at_1280_by_800(admin_server: str) -
                     last_error=f"kombu.exceptions.OperationalError: {MESSAGE}")  # fmt: skip
 
     with browser_page(admin_server) as page:
-        log_in(page, "root", MESSAGES)
-        page.screenshot(path=str(IMAGES / "admin-outbox-messages.png"))
-        widest = widest_cells(page)
-        shown = visible(page, column_box(page, "due"))
-        hidden = page.evaluate(HIDDEN)
-        overflow = page.evaluate("() => document.documentElement.scrollWidth") - WIDTH
+        layout = open_list(page, MESSAGES, "admin-outbox-messages.png", "due")
 
-    assert len(widest) == 6, widest
-    assert max(widest.values()) <= 3, widest
-    assert shown
-    assert (hidden, overflow) == (0, 0)
+    assert_readable(layout, 6)
 
 
 def test_the_completed_task_list_is_readable_at_1280_by_800(admin_server: str) -> None:
@@ -202,17 +213,9 @@ def test_the_completed_task_list_is_readable_at_1280_by_800(admin_server: str) -
         )  # fmt: skip
 
     with browser_page(admin_server) as page:
-        log_in(page, "root", COMPLETED)
-        page.screenshot(path=str(IMAGES / "admin-completed-tasks.png"))
-        widest = widest_cells(page)
-        shown = visible(page, column_box(page, "completed"))
-        hidden = page.evaluate(HIDDEN)
-        overflow = page.evaluate("() => document.documentElement.scrollWidth") - WIDTH
+        layout = open_list(page, COMPLETED, "admin-completed-tasks.png", "completed")
 
-    assert len(widest) == 3, widest  # no actions: three columns
-    assert max(widest.values()) <= 3, widest
-    assert shown
-    assert (hidden, overflow) == (0, 0)
+    assert_readable(layout, 3)  # no actions: three columns
 
 
 # -- the dead-letter page ------------------------------------------------------------------

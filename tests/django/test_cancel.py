@@ -99,7 +99,6 @@ def test_each_committed_cancel_is_logged_with_who(
     )
 
 
-
 def test_a_large_cancel_logs_one_line_naming_the_first_ids(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -112,6 +111,7 @@ def test_a_large_cancel_logs_one_line_naming_the_first_ids(
     assert message.endswith(" and 5 more")
     named = [r.task_id for r in rows if r.task_id in message]
     assert len(named) == ANNOUNCED_IDS
+
 
 def test_inside_a_transaction_rolled_back_nothing_is_cancelled_or_revoked(
     alice: User, caplog: pytest.LogCaptureFixture

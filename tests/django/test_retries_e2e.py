@@ -199,7 +199,8 @@ def test_failed_eta_publish_parks_the_retry(run: Run) -> None:
         what="the retry parked after its ETA publish failed",
     )
     before = [t["retries"] for t in run.attempts("retry.flaky")]
-    assert set(before) == {0} and len(before) <= 2, before
+    assert set(before) == {0}, before
+    assert len(before) <= 2, before
     wait_for(
         lambda: sweep_app(run.app).published > 0 or not OutboxMessage.objects.exists(),
         timeout=15,

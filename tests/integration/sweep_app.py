@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +18,10 @@ from sqlalchemy import Engine, create_engine, insert
 from sqlalchemy.engine import make_url
 
 from celery_outbox import OutboxTask
-from celery_outbox.envelope import build_message
 from celery_outbox.registry import install_store, store_for
 from celery_outbox.rows import message_columns
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, metadata, outbox_table
+from tests.messages import numbered
 
 #: The registered name of the task that records its runs.
 RECORD = "sweep_it.record"
@@ -73,16 +73,7 @@ def insert_committed_rows(
     task = app.tasks[RECORD]
     values = []
     for n in range(count):
-        message = build_message(
-            task,
-            (n,),
-            {},
-            task_id=f"{prefix}-{n}",
-            options={},
-            now=created_at,
-            park_after=timedelta(seconds=30),
-            max_bytes=None,
-        )
+        message = numbered(task, n, task_id=f"{prefix}-{n}", now=created_at)
         values.append(message_columns(message, created_at=created_at))
     with store.engine.begin() as conn:
         for start in range(0, count, 5000):

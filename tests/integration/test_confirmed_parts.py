@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -24,13 +24,12 @@ from kombu import Connection, Exchange, Queue
 
 from celery_outbox import OutboxTask
 from celery_outbox.broker import Confirms
-from celery_outbox.envelope import build_message
 from celery_outbox.producers import Producers
 from celery_outbox.records import StoredMessage
 from tests.brokers import delete_queue
+from tests.messages import NOW, stored
 from tests.stall_proxy import StallProxy
 
-NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 TASK = "integration.confirmed_parts.noop"
 #: What py-amqp writes for a basic.publish method (class 60, method 40).
 PUBLISH_BYTES = b"\x00\x3c\x00\x28"
@@ -59,17 +58,8 @@ def app(amqp_url: str, queue_name: str) -> Iterator[Celery]:
 
 
 def row(app: Celery, n: int) -> StoredMessage:
-    message = build_message(
-        app.tasks[TASK],
-        (n,),
-        {},
-        task_id=f"task-{n}",
-        options={},
-        now=NOW,
-        park_after=timedelta(seconds=30),
-        max_bytes=None,
-    )
-    return StoredMessage.written(message, n)
+    """The row of ``noop(n)``, id ``n`` (:func:`tests.messages.stored`)."""
+    return stored(app.tasks[TASK], n)
 
 
 def producers(app: Celery, *, timeout: float = 5.0) -> Producers:

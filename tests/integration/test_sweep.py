@@ -23,7 +23,6 @@ from sqlalchemy.orm import Session
 
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.envelope import build_message
 from celery_outbox.records import MessageStatus
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
@@ -42,6 +41,7 @@ from tests.integration.sweep_support import (
     queued_count,
     run_lines,
 )
+from tests.messages import numbered
 from tests.worker import REPO_ROOT, wait_for, worker_env
 
 LONG_AGO = timedelta(hours=1)
@@ -103,18 +103,7 @@ def test_rows_left_by_a_crash_after_commit_are_published_by_one_sweep(
     task_ids = [f"crash-{n}" for n in range(40)]
     with Session(store.engine) as session, session.begin(), store.bind_session(session):
         for n, task_id in enumerate(task_ids):  # store.add only: no on-commit publish
-            store.add(
-                build_message(
-                    app.tasks[RECORD],
-                    (n,),
-                    {},
-                    task_id=task_id,
-                    options={},
-                    now=utcnow(),
-                    park_after=timedelta(seconds=30),
-                    max_bytes=None,
-                )
-            )
+            store.add(numbered(app.tasks[RECORD], n, task_id=task_id, now=utcnow()))
     assert counts(app)["pending"] == 40
     time.sleep(0.3)  # past the grace: the rows are the sweeper's now
 

@@ -9,7 +9,7 @@ every publish path on a real worker are in ``test_tracing.py``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -23,14 +23,13 @@ from opentelemetry import context as otel_context
 
 from celery_outbox import OutboxTask, tracing
 from celery_outbox.broker import Confirms
-from celery_outbox.envelope import build_message
 from celery_outbox.producers import Producers
 from celery_outbox.records import NewMessage, StoredMessage
 from celery_outbox.state import reset
 from tests.brokers import celery_queue
+from tests.messages import NOW, numbered
 from tests.spans import memory_exporter
 
-NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 TASK = "integration.tracing_batches.noop"
 tracer = trace.get_tracer("tests.integration.test_tracing_batches")
 
@@ -50,16 +49,8 @@ def app(broker_url: str, broker_queue: str) -> Iterator[Celery]:
 
 
 def dispatched(app: Celery, n: int, *, due: datetime = NOW) -> NewMessage:
-    return build_message(
-        app.tasks[TASK],
-        (n,),
-        {},
-        task_id=f"t-{n}",
-        options={},
-        now=due,
-        park_after=timedelta(seconds=30),
-        max_bytes=None,
-    )
+    """The message of ``noop(n)``, id ``t-{n}``, built at ``due``."""
+    return numbered(app.tasks[TASK], n, task_id=f"t-{n}", now=due)
 
 
 def send(app: Celery, messages: list[NewMessage], clock: Any = lambda: NOW) -> list[int]:

@@ -14,7 +14,7 @@ is on disk, so a row is let go of only when its message survives a crash.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -23,31 +23,21 @@ from kombu import Connection
 
 from celery_outbox import OutboxTask
 from celery_outbox.broker import Confirms, Deadline
-from celery_outbox.envelope import build_message
 from celery_outbox.producers import Producers
 from celery_outbox.records import StoredMessage
+from tests.messages import NOW, stored
 from tests.reliability.rabbit_server import ThrowawayRabbitMQ
 
 pytestmark = pytest.mark.slow
 
-NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 TASK = "reliability.confirms.noop"
 #: Rows of the part cut by the crash, and outbox_publish_timeout (seconds).
 ROWS, TIMEOUT = 2000, 2.0
 
 
 def row(app: Celery, n: int) -> StoredMessage:
-    message = build_message(
-        app.tasks[TASK],
-        (n,),
-        {},
-        task_id=f"task-{n}",
-        options={},
-        now=NOW,
-        park_after=timedelta(seconds=30),
-        max_bytes=None,
-    )
-    return StoredMessage.written(message, n)
+    """The row of ``noop(n)``, id ``n`` (:func:`tests.messages.stored`)."""
+    return stored(app.tasks[TASK], n)
 
 
 def queued(url: str, queue: str) -> set[str]:

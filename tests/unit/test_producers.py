@@ -10,18 +10,17 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
+from typing import Any
 
 import pytest
 from celery import Celery
 from kombu import Connection, Queue
 
 from celery_outbox import OutboxTask
-from celery_outbox.envelope import build_message
 from celery_outbox.producers import Producers, Sent, describe
 from celery_outbox.records import NewMessage, StoredMessage
-
-NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
+from tests.messages import NOW, numbered, stored
 
 
 @pytest.fixture
@@ -50,22 +49,14 @@ def producers(app: Celery, *, batch_bytes: int = 1 << 20, timeout: float = 5.0) 
     )
 
 
-def message(app: Celery, n: int, **changes: object) -> NewMessage:
-    built = build_message(
-        app.tasks["unit.producers.noop"],
-        (n,),
-        {},
-        task_id=f"task-{n}",
-        options={},
-        now=NOW,
-        park_after=timedelta(seconds=30),
-        max_bytes=None,
-    )
-    return replace(built, **changes)  # type: ignore[arg-type]
+def message(app: Celery, n: int, **changes: Any) -> NewMessage:
+    """The message of ``noop(n)`` with ``changes`` (:func:`tests.messages.numbered`)."""
+    return numbered(app.tasks["unit.producers.noop"], n, **changes)
 
 
-def row(app: Celery, n: int, **changes: object) -> StoredMessage:
-    return StoredMessage.written(message(app, n, **changes), n)
+def row(app: Celery, n: int, **changes: Any) -> StoredMessage:
+    """:func:`message` as the row of id ``n`` (:func:`tests.messages.stored`)."""
+    return stored(app.tasks["unit.producers.noop"], n, **changes)
 
 
 def drain(queue_name: str) -> list[str]:

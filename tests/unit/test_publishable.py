@@ -5,17 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from celery import Celery
 
 from celery_outbox import OutboxTask
-from celery_outbox.envelope import build_message
 from celery_outbox.publishable import refusal, sort_out
 from celery_outbox.records import StoredMessage
-
-NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
+from tests.messages import stored
 
 
 @pytest.fixture
@@ -30,18 +28,9 @@ def app() -> Iterator[Celery]:
     app.close()
 
 
-def row(app: Celery, n: int, **changes: object) -> StoredMessage:
-    built = build_message(
-        app.tasks["unit.publishable.noop"],
-        (n,),
-        {},
-        task_id=f"task-{n}",
-        options={},
-        now=NOW,
-        park_after=timedelta(seconds=30),
-        max_bytes=None,
-    )
-    return replace(StoredMessage.written(built, n), **changes)  # type: ignore[arg-type]
+def row(app: Celery, n: int, **changes: Any) -> StoredMessage:
+    """The row of ``noop(n)``, id ``n``, with ``changes`` (:func:`tests.messages.stored`)."""
+    return stored(app.tasks["unit.publishable.noop"], n, **changes)
 
 
 def test_refusal_names_what_is_wrong(app: Celery) -> None:

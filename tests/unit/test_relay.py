@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
+from typing import Any
 
 import pytest
 from celery import Celery
@@ -20,13 +21,12 @@ from kombu import Connection, Queue
 
 from celery_outbox import OutboxTask
 from celery_outbox.config import OutboxConfig
-from celery_outbox.envelope import build_message
 from celery_outbox.producers import Sent
 from celery_outbox.records import Claim, MessageStatus, NewMessage, StoredMessage
 from celery_outbox.relay import PUBLISH_BACKOFF, Relay
 from celery_outbox.testing import InMemoryOutboxStore
+from tests.messages import NOW, numbered
 
-NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 LEASE = timedelta(seconds=30)
 
 
@@ -55,18 +55,9 @@ def relay(app: Celery, store: InMemoryOutboxStore) -> Iterator[Relay]:
     relay.close()
 
 
-def message(app: Celery, n: int, **changes: object) -> NewMessage:
-    built = build_message(
-        app.tasks["unit.relay.noop"],
-        (n,),
-        {},
-        task_id=f"task-{n}",
-        options={},
-        now=NOW,
-        park_after=timedelta(seconds=30),
-        max_bytes=None,
-    )
-    return replace(built, **changes)  # type: ignore[arg-type]
+def message(app: Celery, n: int, **changes: Any) -> NewMessage:
+    """The message of ``noop(n)`` with ``changes`` (:func:`tests.messages.numbered`)."""
+    return numbered(app.tasks["unit.relay.noop"], n, **changes)
 
 
 def add(store: InMemoryOutboxStore, new: NewMessage) -> StoredMessage:

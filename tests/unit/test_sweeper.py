@@ -19,6 +19,7 @@ from celery_outbox.records import Claim, MessageStatus, NewMessage
 from celery_outbox.registry import install_store, relay_for
 from celery_outbox.sweeper import Sweeper, SweepReport
 from celery_outbox.testing import InMemoryOutboxStore
+from tests.messages import numbered
 
 START = datetime(2030, 1, 1, tzinfo=timezone.utc)
 GRACE = timedelta(seconds=10)
@@ -98,16 +99,7 @@ def committed_rows(
     """Rows written as a crash after COMMIT leaves them: in the table, never published."""
     ids = []
     for n in range(count):
-        message = build_message(
-            app.tasks["unit.noop"],
-            (n,),
-            {},
-            task_id=f"task-{n}",
-            options={},
-            now=START,
-            park_after=timedelta(seconds=30),
-            max_bytes=None,
-        )
+        message = numbered(app.tasks["unit.noop"], n, now=START)
         if task_name != message.task_name:
             message = NewMessage(
                 task_id=message.task_id,
@@ -190,16 +182,7 @@ def test_an_unregistered_task_fails_at_once_and_the_sweep_goes_on(
     app: Celery, store: InMemoryOutboxStore, clock: FakeClock, queue_name: str
 ) -> None:
     [bad] = committed_rows(app, store, 1, task_name="unit.gone")
-    good = build_message(
-        app.tasks["unit.noop"],
-        (1,),
-        {},
-        task_id="good",
-        options={},
-        now=START,
-        park_after=timedelta(seconds=30),
-        max_bytes=None,
-    )
+    good = numbered(app.tasks["unit.noop"], 1, task_id="good", now=START)
     store.add(good)
     clock.now = START + GRACE
 

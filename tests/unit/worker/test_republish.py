@@ -8,7 +8,6 @@ import pytest
 from celery import Celery
 from celery.exceptions import Reject, Retry
 
-from celery_outbox.envelope import build_message
 from celery_outbox.registry import install_store
 from celery_outbox.testing import InMemoryOutboxStore
 from celery_outbox.worker.republish import (
@@ -17,6 +16,7 @@ from celery_outbox.worker.republish import (
     retry_reason,
     schedule_retry,
 )
+from tests.messages import numbered
 from tests.unit.worker.support import attempt_of, queued_ids
 
 NOW = datetime.now(timezone.utc)
@@ -48,18 +48,7 @@ def test_park_colliding_with_the_row_being_published_rides_on_an_eta(
     store = InMemoryOutboxStore()
     install_store(app, store)
     task = app.tasks["unit.retrying"]
-    store.add(
-        build_message(
-            task,
-            (1,),
-            {},
-            task_id="t2",
-            options={},
-            now=NOW,
-            park_after=timedelta(seconds=30),
-            max_bytes=None,
-        )
-    )
+    store.add(numbered(task, 1, task_id="t2", now=NOW))
     retry = schedule_retry(
         task,
         attempt_of("t2", queue_name),
@@ -78,18 +67,7 @@ def test_neither_eta_nor_park_rejects_with_requeue(app: Celery) -> None:
     app.conf.broker_write_url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
     app.conf.outbox_publish_timeout = 0.2
     task = app.tasks["unit.retrying"]
-    store.add(
-        build_message(
-            task,
-            (1,),
-            {},
-            task_id="t3",
-            options={},
-            now=NOW,
-            park_after=timedelta(seconds=30),
-            max_bytes=None,
-        )
-    )
+    store.add(numbered(task, 1, task_id="t3", now=NOW))
     with pytest.raises(Reject) as caught:
         schedule_retry(
             task,
