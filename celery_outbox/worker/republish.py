@@ -24,6 +24,7 @@ from celery_outbox.envelope import build_message
 from celery_outbox.records import NewMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.signals import task_retry_scheduled
+from celery_outbox.superseding import superseding
 from celery_outbox.worker.attempt import (
     FIRST_FAILED_HEADER,
     HOME_HEADER,
@@ -87,8 +88,7 @@ def schedule_retry(
         return _scheduled(task, attempt, exc, eta=eta, path="eta")
     if _park(task, attempt, message, delay=delay):
         return _scheduled(task, attempt, exc, eta=eta, path="parked")
-    # A pending row with this task id still exists: the row this attempt was published
-    # from, not yet removed by its publisher. Ride on an ETA rather than drop the retry.
+    # The store failed (logged): ride on an ETA rather than drop the retry.
     if park and _publish_eta(task, attempt, message):
         return _scheduled(task, attempt, exc, eta=eta, path="eta")
     raise Reject(
@@ -179,12 +179,18 @@ def _publish_eta(task: Task[Any, Any], attempt: Attempt, message: NewMessage) ->
 
 def _park(task: Task[Any, Any], attempt: Attempt, message: NewMessage, *, delay: timedelta) -> bool:
     """Write the retry as a row parked for ``delay`` on the database's clock (not this
-    worker's: a worker whose clock is off runs no retry early); ``False`` when a pending
-    row already has its task id, or the store failed (logged)."""
+    worker's: a worker whose clock is off runs no retry early); ``False`` when the store
+    failed (logged).
+
+    A pending row of the task id is superseded (:mod:`celery_outbox.superseding`, rule 1:
+    this run is the delivery of its message): the row this attempt was published from,
+    which its publisher has not removed yet, or a retry a duplicate delivery parked.
+    """
     try:
         store = store_for(task.app)
         parked = replace(message, available_at=store.now() + delay)
-        return store.add(parked) is not None
+        supersedes = superseding(parked, running_task_id=attempt.task_id)
+        return store.add(parked, supersedes=supersedes) is not None
     except Exception:
         logger.exception("celery-outbox: could not park retry %s[%s]", task.name, attempt.task_id)
         return False

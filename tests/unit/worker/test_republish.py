@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from celery import Celery
 from celery.exceptions import Reject, Retry
 
+from celery_outbox.exceptions import StoreError
 from celery_outbox.registry import install_store
 from celery_outbox.testing import InMemoryOutboxStore
 from celery_outbox.worker.republish import (
@@ -40,12 +42,13 @@ def test_long_wait_is_parked(app: Celery, queue_name: str) -> None:
     assert queued_ids(queue_name) == []
 
 
-def test_park_colliding_with_the_row_being_published_rides_on_an_eta(
+def test_a_parked_retry_takes_the_place_of_the_row_its_attempt_came_from(
     app: Celery, queue_name: str
 ) -> None:
-    # The sweeper published this task's row and has not removed it yet: parking the
-    # retry collides with it, and the retry must not be dropped.
-    store = InMemoryOutboxStore()
+    # The publisher of this task's row published it and has not removed it yet (the
+    # worker ran the attempt first): this run is the delivery of that row's message, so
+    # its parked retry supersedes the row instead of colliding with it.
+    store = InMemoryOutboxStore(clock=lambda: NOW)
     install_store(app, store)
     task = app.tasks["unit.retrying"]
     store.add(numbered(task, 1, task_id="t2", now=NOW))
@@ -58,20 +61,61 @@ def test_park_colliding_with_the_row_being_published_rides_on_an_eta(
         now=NOW,
     )
     assert isinstance(retry, Retry)
-    assert queued_ids(queue_name) == ["t2"]
+    (row,) = store.rows.values()
+    assert (row.task_id, row.available_at) == ("t2", NOW + timedelta(minutes=10))
+    assert row.options["headers"][RETRY_REASON_HEADER] == "builtins.ValueError"
+    assert queued_ids(queue_name) == []
 
 
-def test_neither_eta_nor_park_rejects_with_requeue(app: Celery) -> None:
-    store = InMemoryOutboxStore()
+def test_a_refused_eta_parks_in_place_of_the_row_not_yet_removed(app: Celery) -> None:
+    store = InMemoryOutboxStore(clock=lambda: NOW)
     install_store(app, store)
     app.conf.broker_write_url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
     app.conf.outbox_publish_timeout = 0.2
     task = app.tasks["unit.retrying"]
     store.add(numbered(task, 1, task_id="t3", now=NOW))
+    retry = schedule_retry(
+        task,
+        attempt_of("t3", "q"),
+        ValueError(),
+        delay=timedelta(seconds=1),
+        park=False,
+        now=NOW,
+    )
+    assert isinstance(retry, Retry)
+    (row,) = store.rows.values()
+    assert (row.task_id, row.available_at) == ("t3", NOW + timedelta(seconds=1))
+
+
+class DownStore(InMemoryOutboxStore):
+    """A store whose database is down for new rows."""
+
+    def add(self, *args: Any, **kwargs: Any) -> int | None:
+        raise StoreError("database is down")
+
+
+def test_a_long_wait_the_store_cannot_park_rides_on_an_eta(app: Celery, queue_name: str) -> None:
+    install_store(app, DownStore())
+    retry = schedule_retry(
+        app.tasks["unit.retrying"],
+        attempt_of("t4", queue_name),
+        ValueError(),
+        delay=timedelta(minutes=10),
+        park=True,
+        now=NOW,
+    )
+    assert isinstance(retry, Retry)
+    assert queued_ids(queue_name) == ["t4"]
+
+
+def test_neither_eta_nor_park_rejects_with_requeue(app: Celery) -> None:
+    install_store(app, DownStore())
+    app.conf.broker_write_url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    app.conf.outbox_publish_timeout = 0.2
     with pytest.raises(Reject) as caught:
         schedule_retry(
-            task,
-            attempt_of("t3", "q"),
+            app.tasks["unit.retrying"],
+            attempt_of("t5", "q"),
             ValueError(),
             delay=timedelta(minutes=10),
             park=True,
