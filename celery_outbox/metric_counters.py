@@ -15,6 +15,7 @@ Labels are task names and entry points only, never task ids or arguments.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -79,7 +80,7 @@ def on_published(
     """Count published rows and observe how long each waited for the broker."""
     if not messages:
         return
-    PUBLISHED.labels(path=path).inc(len(messages))
+    _child(PUBLISHED, path).inc(len(messages))
     now = utcnow()
     for message in messages:
         since = message.available_at
@@ -95,17 +96,25 @@ def on_publish_failed(sender: Any = None, task_ids: Sequence[str] = (), **_: Any
 
 def on_retry(sender: Any = None, path: str = "", **_: Any) -> None:
     """Count one retry by its path."""
-    RETRIES.labels(path=path).inc()
+    _child(RETRIES, path).inc()
 
 
 def on_dead_lettered(sender: Any = None, **_: Any) -> None:
     """Count one dead letter of the task ``sender``."""
-    DEAD_LETTERED.labels(task=_task_name(sender)).inc()
+    _child(DEAD_LETTERED, _task_name(sender)).inc()
 
 
 def on_duplicate_skipped(sender: Any = None, **_: Any) -> None:
     """Count one skipped duplicate of the task ``sender``."""
-    DUPLICATES_SKIPPED.labels(task=_task_name(sender)).inc()
+    _child(DUPLICATES_SKIPPED, _task_name(sender)).inc()
+
+
+@functools.lru_cache(maxsize=4096)
+def _child(counter: Counter, label: str) -> Any:
+    """``counter.labels(label)``, kept: a publish on the request's path then costs one
+    dictionary lookup, not the lock and checks of ``labels()`` (entry points and task
+    names are few; the cache is bounded all the same)."""
+    return counter.labels(label)
 
 
 def _task_name(task: Any) -> str:
