@@ -207,10 +207,9 @@ def close(conn: Connection, deadline: Deadline) -> None:
 class Confirms:
     """The publisher confirms of one new py-amqp channel, so that many publishes wait once.
 
-    RabbitMQ numbers a channel's publishes 1, 2, 3... from its ``confirm.select``, and
-    confirms each once, alone or with every earlier one (``multiple``). py-amqp counts
-    nothing (``basic_publish_confirm`` waits for whatever confirm comes next): this counts
-    the channel's every publish through its ``_basic_publish``, restarts at its
+    RabbitMQ numbers a channel's publishes 1, 2, 3... from its ``confirm.select`` and confirms
+    each once, alone or with every earlier one (``multiple``). py-amqp counts nothing: this
+    counts the channel's publishes through its ``_basic_publish``, restarts at its
     ``confirm_select``, and hears every ack and nack through its ``events``.
     """
 
@@ -261,9 +260,8 @@ class Confirms:
             channel.basic_publish = confirming
 
     def wait(self, deadline: Deadline) -> list[bool]:
-        """Wait until the broker confirmed every message :meth:`unawaited` sent, each
-        confirm renewing ``deadline``; whether it acked (True) or nacked each, in order.
-        After an error, drop the connection.
+        """Wait for the confirm of every message :meth:`unawaited` sent, each renewing
+        ``deadline``: acked (True) or nacked, in order. After an error, drop the connection.
 
         Raises
         ------

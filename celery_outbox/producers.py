@@ -172,10 +172,9 @@ class Producers:
         deadline: Deadline,
         path: str,
     ) -> Sent:
-        # Publisher confirms (RabbitMQ): the part goes out without waiting for confirms,
-        # then one wait for them all (RabbitMQ confirms many at once), not one round trip
-        # per message. A row is published once the broker acked its message, failed if
-        # it nacked it; after an error, the rows not acked are published again one by one.
+        # Publisher confirms (RabbitMQ): the part goes out, then one wait for all its
+        # confirms (not a round trip per message). A row is published once its message is
+        # acked, failed if nacked; after an error, the rows not acked are published again.
         try:
             with self._publishing_all(
                 producer, pending, deadline, path, within=confirms.unawaited()

@@ -24,16 +24,30 @@ from tests.unit.worker.support import attempt_of, queued_ids
 NOW = datetime.now(timezone.utc)
 
 
+def retry_of(
+    app: Celery, task_id: str, queue: str, exc: Exception, *, delay: timedelta, park: bool
+) -> Retry:
+    """``schedule_retry`` of the failed attempt ``task_id`` of ``unit.retrying``, at NOW."""
+    return schedule_retry(
+        app.tasks["unit.retrying"],
+        attempt_of(task_id, queue),
+        exc,
+        delay=delay,
+        park=park,
+        now=NOW,
+    )
+
+
 def test_long_wait_is_parked(app: Celery, queue_name: str) -> None:
     store = InMemoryOutboxStore(clock=lambda: NOW)  # the database's clock parks the row
     install_store(app, store)
-    retry = schedule_retry(
-        app.tasks["unit.retrying"],
-        attempt_of("t1", queue_name),
+    retry = retry_of(
+        app,
+        "t1",
+        queue_name,
         ValueError("card declined\nsecond line"),
         delay=timedelta(minutes=10),
         park=True,
-        now=NOW,
     )
     assert isinstance(retry, Retry)
     (row,) = store.rows.values()
@@ -52,14 +66,7 @@ def test_a_parked_retry_takes_the_place_of_the_row_its_attempt_came_from(
     install_store(app, store)
     task = app.tasks["unit.retrying"]
     store.add(numbered(task, 1, task_id="t2", now=NOW))
-    retry = schedule_retry(
-        task,
-        attempt_of("t2", queue_name),
-        ValueError(),
-        delay=timedelta(minutes=10),
-        park=True,
-        now=NOW,
-    )
+    retry = retry_of(app, "t2", queue_name, ValueError(), delay=timedelta(minutes=10), park=True)
     assert isinstance(retry, Retry)
     (row,) = store.rows.values()
     assert (row.task_id, row.available_at) == ("t2", NOW + timedelta(minutes=10))
@@ -74,14 +81,7 @@ def test_a_refused_eta_parks_in_place_of_the_row_not_yet_removed(app: Celery) ->
     app.conf.outbox_publish_timeout = 0.2
     task = app.tasks["unit.retrying"]
     store.add(numbered(task, 1, task_id="t3", now=NOW))
-    retry = schedule_retry(
-        task,
-        attempt_of("t3", "q"),
-        ValueError(),
-        delay=timedelta(seconds=1),
-        park=False,
-        now=NOW,
-    )
+    retry = retry_of(app, "t3", "q", ValueError(), delay=timedelta(seconds=1), park=False)
     assert isinstance(retry, Retry)
     (row,) = store.rows.values()
     assert (row.task_id, row.available_at) == ("t3", NOW + timedelta(seconds=1))
@@ -96,14 +96,7 @@ class DownStore(InMemoryOutboxStore):
 
 def test_a_long_wait_the_store_cannot_park_rides_on_an_eta(app: Celery, queue_name: str) -> None:
     install_store(app, DownStore())
-    retry = schedule_retry(
-        app.tasks["unit.retrying"],
-        attempt_of("t4", queue_name),
-        ValueError(),
-        delay=timedelta(minutes=10),
-        park=True,
-        now=NOW,
-    )
+    retry = retry_of(app, "t4", queue_name, ValueError(), delay=timedelta(minutes=10), park=True)
     assert isinstance(retry, Retry)
     assert queued_ids(queue_name) == ["t4"]
 
@@ -113,14 +106,7 @@ def test_neither_eta_nor_park_rejects_with_requeue(app: Celery) -> None:
     app.conf.broker_write_url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
     app.conf.outbox_publish_timeout = 0.2
     with pytest.raises(Reject) as caught:
-        schedule_retry(
-            app.tasks["unit.retrying"],
-            attempt_of("t5", "q"),
-            ValueError(),
-            delay=timedelta(minutes=10),
-            park=True,
-            now=NOW,
-        )
+        retry_of(app, "t5", "q", ValueError(), delay=timedelta(minutes=10), park=True)
     assert caught.value.requeue is True
 
 
