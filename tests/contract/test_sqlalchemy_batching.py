@@ -12,7 +12,6 @@ import pytest
 pytest.importorskip("sqlalchemy")
 
 from celery import Celery, group
-from kombu import Connection, Queue
 from sqlalchemy import Engine, event, select, text
 from sqlalchemy.orm import Session
 
@@ -20,6 +19,7 @@ from celery_outbox import BatchWriteError, OutboxTask, StoreError, batched_dispa
 from celery_outbox.registry import install_store
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, outbox_table
 from celery_outbox.state import reset
+from tests.unit.worker.support import queued_ids
 
 
 def body(*args: Any) -> None:
@@ -53,15 +53,6 @@ def task_ids(session: Session) -> list[str]:
     return list(session.execute(select(table.c.task_id).order_by(table.c.id)).scalars())
 
 
-def received(app: Celery, queue_name: str) -> list[str]:
-    ids = []
-    with Connection("memory://") as conn:
-        queue = Queue(queue_name)(conn.default_channel)
-        while (message := queue.get(no_ack=True)) is not None:
-            ids.append(message.headers["id"])
-    return ids
-
-
 def test_a_group_of_100_is_one_insert_and_every_message_is_sent_on_commit(
     app: Celery, engine: Engine, queue_name: str
 ) -> None:
@@ -75,7 +66,7 @@ def test_a_group_of_100_is_one_insert_and_every_message_is_sent_on_commit(
     finally:
         stop()
     assert len(seen) == 1, seen
-    assert sorted(received(app, queue_name)) == sorted(ids)
+    assert sorted(queued_ids(queue_name)) == sorted(ids)
 
 
 def test_a_rolled_back_batch_leaves_nothing(app: Celery, engine: Engine, queue_name: str) -> None:
@@ -90,7 +81,7 @@ def test_a_rolled_back_batch_leaves_nothing(app: Celery, engine: Engine, queue_n
             assert len(task_ids(session)) == 1
         session.rollback()
         assert task_ids(session) == []
-    assert sorted(received(app, queue_name)) == sorted(kept)
+    assert sorted(queued_ids(queue_name)) == sorted(kept)
 
 
 def test_a_batch_whose_connection_died_raises_a_store_error_as_one_dispatch_does(
@@ -114,7 +105,7 @@ def test_a_batch_whose_connection_died_raises_a_store_error_as_one_dispatch_does
         dispatch_then_lose_the_connection(session)
     assert isinstance(raised.value, BatchWriteError)
     assert "sab.t[gone-0]" in str(raised.value)
-    assert received(app, queue_name) == []
+    assert queued_ids(queue_name) == []
 
 
 def _bind(app: Celery, session: Session) -> Any:

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from kombu import Connection, Queue
 
 from celery_outbox import OutboxTask, StoreError
 from celery_outbox.config import OutboxConfig
@@ -20,6 +19,7 @@ from celery_outbox.registry import install_store, relay_for
 from celery_outbox.sweeper import Sweeper, SweepReport
 from celery_outbox.testing import InMemoryOutboxStore
 from tests.messages import numbered
+from tests.unit.worker.support import queued_ids
 
 START = datetime(2030, 1, 1, tzinfo=timezone.utc)
 GRACE = timedelta(seconds=10)
@@ -114,16 +114,6 @@ def committed_rows(
     return ids
 
 
-def drain(app: Celery, queue_name: str) -> list[str]:
-    """Task ids of every message waiting in ``queue_name`` (consumed)."""
-    ids = []
-    with Connection("memory://") as conn:
-        queue = Queue(queue_name)(conn.default_channel)
-        while (message := queue.get(no_ack=True)) is not None:
-            ids.append(message.headers["id"])
-    return ids
-
-
 def test_one_sweep_publishes_every_due_row_in_batches(
     app: Celery, store: InMemoryOutboxStore, clock: FakeClock, queue_name: str
 ) -> None:
@@ -134,7 +124,7 @@ def test_one_sweep_publishes_every_due_row_in_batches(
 
     assert report == SweepReport(published=7, batches=3)
     assert store.rows == {}
-    assert sorted(drain(app, queue_name)) == sorted(f"task-{n}" for n in range(7))
+    assert sorted(queued_ids(queue_name)) == sorted(f"task-{n}" for n in range(7))
 
 
 def test_rows_younger_than_the_grace_are_left_to_their_publisher(
@@ -145,7 +135,7 @@ def test_rows_younger_than_the_grace_are_left_to_their_publisher(
 
     assert make_sweeper(app, store, clock).sweep() == SweepReport()
     assert len(store.rows) == 2
-    assert drain(app, queue_name) == []
+    assert queued_ids(queue_name) == []
 
 
 def test_published_rows_are_kept_when_retention_is_on(
@@ -191,7 +181,7 @@ def test_an_unregistered_task_fails_at_once_and_the_sweep_goes_on(
     assert report == SweepReport(published=1, failed=1, batches=1)
     assert store.rows[bad].status is MessageStatus.FAILED
     assert "unit.gone" in store.rows[bad].last_error
-    assert drain(app, queue_name) == ["good"]
+    assert queued_ids(queue_name) == ["good"]
 
 
 def test_broker_down_reschedules_and_stops_after_one_batch(
@@ -244,7 +234,7 @@ def test_the_time_budget_ends_a_sweep_with_rows_left(
 
     assert report.more
     assert report.published < 10
-    assert len(drain(app, queue_name)) == report.published
+    assert len(queued_ids(queue_name)) == report.published
 
 
 class TwoAliasStore(InMemoryOutboxStore):
@@ -303,7 +293,7 @@ def test_a_failing_alias_does_not_stop_the_others_and_is_named(
 
     assert store.aliases[0] == "primary"
     assert "replica" in store.aliases
-    assert len(drain(app, queue_name)) == 3  # the in-memory store's rows, swept as "replica"
+    assert len(queued_ids(queue_name)) == 3  # the in-memory store's rows, swept as "replica"
 
 
 def test_a_single_alias_error_is_raised_as_is(app: Celery, clock: FakeClock) -> None:
@@ -336,7 +326,7 @@ def test_run_survives_store_errors_and_stops_on_the_event(
 
     assert not thread.is_alive()
     assert store.rows == {}
-    assert len(drain(app, queue_name)) == 4
+    assert len(queued_ids(queue_name)) == 4
     # Both aliases failed in the first pass (one error each, naming it), then a good pass.
     assert caplog.text.count("could not sweep database") == 2
     assert "could not sweep database 'replica'" in caplog.text
@@ -373,7 +363,7 @@ def test_a_batch_cut_by_the_byte_budget_does_not_end_the_sweep(
     report = make_sweeper(app, store, clock).sweep()
 
     assert report == SweepReport(published=5, batches=3)
-    assert len(drain(app, queue_name)) == 5
+    assert len(queued_ids(queue_name)) == 5
 
 
 class ClaimRecordingStore(InMemoryOutboxStore):
@@ -402,6 +392,6 @@ def test_publish_now_claims_a_long_list_of_large_rows_by_the_byte_budget(
     report = relay.publish_ids(ids)
 
     assert sorted(report.published) == ids
-    assert len(drain(app, queue_name)) == 5
+    assert len(queued_ids(queue_name)) == 5
     assert len(store.claimed) == 3  # 2 + 2 + 1 rows
     assert max(store.claimed) < 2 * 40_500
