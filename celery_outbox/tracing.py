@@ -12,6 +12,11 @@ A requeued dead letter is dispatched with the failed run's context made current 
 one transaction) is published in one span (:func:`publishing_batch`), as OpenTelemetry's
 messaging conventions describe a batch send.
 
+A publish made inside the very span that dispatched the row (a request's on-commit
+publish) is a ``celery_outbox.publish`` *event* on that span, with the same attributes,
+and the message carries that span's context: an SDK span costs such a request ~0.1 ms
+(``docs/benchmarks.md`` §16). A publish made later or elsewhere has its own span.
+
 Headers are written and read with the globally configured propagator (W3C Trace
 Context and Baggage unless ``OTEL_PROPAGATORS`` says otherwise), as the Celery
 instrumentation does. Without ``opentelemetry-api`` every function here returns at
@@ -127,22 +132,13 @@ def publishing(
     due: datetime,
     clock: Callable[[], datetime],
 ) -> AbstractContextManager[None]:
-    """The span of one publish, as a child of the trace context stored in ``headers``.
+    """The span of one publish, as a child of the trace context stored in ``headers``
+    (the copy about to be published, updated in place to carry the span's own context, so
+    the worker's span is its child); an event instead inside the span that dispatched it.
 
-    While it is open, ``headers`` (the copy about to be published) carry the publish
-    span's own context, so the worker's span is its child. A message stored without a
-    trace context is published without a span (it has no trace to join).
-
-    Parameters
-    ----------
-    headers
-        The message headers to publish; updated in place.
-    path
-        How the message is published (``commit``, ``sweep``, ``relay``, ``now``, ``eta``).
-    due
-        When the row became due (``available_at``): the span records the wait since.
-    clock
-        The current aware UTC time.
+    ``path`` is how it is published (``commit``, ``sweep``, ``relay``, ``now``, ``eta``);
+    the span records the wait since ``due`` (``available_at``) by ``clock`` (aware UTC).
+    A message stored without a trace context is published without a span.
     """
     if not ENABLED:
         return _NO_SPAN
@@ -155,7 +151,11 @@ def publishing(
         TASK_NAME_ATTRIBUTE: task_name,
         MESSAGE_ID_ATTRIBUTE: task_id,
     }
-    return _publish_span(headers, _parent(stored), attributes)
+    parent = _parent(stored)
+    dispatcher = _dispatching_span(parent)
+    if dispatcher is not None:
+        return _publish_event(dispatcher, attributes)
+    return _publish_span(headers, parent, attributes)
 
 
 @contextmanager
@@ -169,11 +169,11 @@ def publishing_batch(
     share (each ``(headers, due, task_name)``).
 
     The headers of those messages are updated in place to carry their batch span; the
-    list yielded says, per message, whether it has one (the others are published in a
-    span of their own by :func:`publishing`, or without one when stored without a
-    context). The spans end when the block does (after the pipeline's flush); an error
-    is recorded on each. Attributes: the path, the longest wait of the batch's rows,
-    their number, and the task name when they all share one.
+    list yielded says, per message, whether it has one (the others go to
+    :func:`publishing`). The spans end when the block does (after the pipeline's flush);
+    an error is recorded on each. Attributes: the path, the longest wait of the rows,
+    their number, and the task name when they share one. Inside the span that dispatched
+    them, that span gets an event with those attributes instead (headers left as they are).
     """
     covered = [False] * len(messages)
     groups: dict[tuple[tuple[str, str], ...], list[int]] = {}
@@ -182,7 +182,7 @@ def publishing_batch(
             stored = trace_headers(headers)
             if stored:
                 groups.setdefault(tuple(sorted(stored.items())), []).append(index)
-    spans = []
+    spans, dispatchers = [], []
     now = clock() if groups else None
     for key, members in groups.items():
         if len(members) < 2:
@@ -197,13 +197,18 @@ def publishing_batch(
         if len(names) == 1:
             attributes[TASK_NAME_ATTRIBUTE] = next(iter(names))
         parent = _parent(dict(key))
-        span = _tracer().start_span(
-            PUBLISH_SPAN, context=parent, kind=trace.SpanKind.PRODUCER, attributes=attributes
-        )
-        spans.append(span)
         carried: dict[str, Any] = {}
-        if span.get_span_context().is_valid:
-            propagate.inject(carried, context=trace.set_span_in_context(span, parent))
+        dispatcher = _dispatching_span(parent)
+        if dispatcher is not None:  # the headers already carry its context
+            dispatcher.add_event(PUBLISH_SPAN, attributes)
+            dispatchers.append(dispatcher)
+        else:
+            span = _tracer().start_span(
+                PUBLISH_SPAN, context=parent, kind=trace.SpanKind.PRODUCER, attributes=attributes
+            )
+            spans.append(span)
+            if span.get_span_context().is_valid:
+                propagate.inject(carried, context=trace.set_span_in_context(span, parent))
         for i in members:
             messages[i][0].update(carried)
             covered[i] = True
@@ -213,6 +218,8 @@ def publishing_batch(
         for span in spans:
             span.record_exception(exc)
             span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+        for dispatcher in dispatchers:  # recorded, not an error of the dispatching span
+            dispatcher.record_exception(exc, attributes={PATH_ATTRIBUTE: path})
         raise
     finally:
         for span in spans:
@@ -239,10 +246,32 @@ def _publish_span(
         span.end()
 
 
+@contextmanager
+def _publish_event(dispatcher: Any, attributes: dict[str, str | float]) -> Iterator[None]:
+    # An error is an exception event on the dispatching span, not its status: the row is
+    # safe in the outbox, and the operation itself did not fail.
+    dispatcher.add_event(PUBLISH_SPAN, attributes)
+    try:
+        yield
+    except BaseException as exc:
+        dispatcher.record_exception(exc, attributes={PATH_ATTRIBUTE: attributes[PATH_ATTRIBUTE]})
+        raise
+
+
+def _dispatching_span(parent: Any) -> Any:
+    """The current span if it records and is the one ``parent`` (a stored context) names."""
+    current = trace.get_current_span()
+    if not current.is_recording():
+        return None
+    mine, stored = current.get_span_context(), trace.get_current_span(parent).get_span_context()
+    if mine.span_id != stored.span_id or mine.trace_id != stored.trace_id:
+        return None
+    return current
+
+
 def _parent(stored: Mapping[str, str]) -> Any:
-    """The context ``stored`` (trace headers) describes, extracted with the configured
-    propagator. The last one is kept: the rows of a request, of a transaction or of a
-    sweep batch often share one, and a context is immutable."""
+    """The context ``stored`` (trace headers) describes, by the configured propagator; the
+    last one is kept (rows of one request or batch share one; a context is immutable)."""
     global _LAST_PARENT
     key, textmap = tuple(stored.items()), propagate.get_global_textmap()
     last = _LAST_PARENT

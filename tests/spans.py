@@ -53,7 +53,8 @@ def export_to_file(path: Path) -> None:
 
 
 def as_record(span: ReadableSpan) -> dict[str, Any]:
-    """A span as plain data: name, ids as hex, parent span id, attributes."""
+    """A span as plain data: name, ids as hex, parent span id, attributes, events (each
+    ``{"name", "attributes"}``)."""
     context = span.get_span_context()
     assert context is not None
     return {
@@ -62,6 +63,10 @@ def as_record(span: ReadableSpan) -> dict[str, Any]:
         "span_id": f"{context.span_id:016x}",
         "parent_id": f"{span.parent.span_id:016x}" if span.parent else None,
         "attributes": dict(span.attributes or {}),
+        "events": [
+            {"name": event.name, "attributes": dict(event.attributes or {})}
+            for event in span.events
+        ],
     }
 
 

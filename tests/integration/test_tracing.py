@@ -60,6 +60,11 @@ class World:
     def dispatch(self, name: str, n: int) -> tuple[str, str]:
         """Dispatch ``name(n)`` in a committed transaction inside a ``request`` span;
         ``(task id, the request's trace id)``."""
+        task_id, request = self.dispatch_in_span(name, n)
+        return task_id, hex_trace(request)
+
+    def dispatch_in_span(self, name: str, n: int) -> tuple[str, Any]:
+        """:meth:`dispatch`, returning the ``request`` span itself."""
         with (
             tracer.start_as_current_span("request") as request,
             Session(self.engine) as session,
@@ -67,7 +72,7 @@ class World:
         ):
             task_id = str(self.app.tasks[name].delay(n).id)
             session.commit()
-        return task_id, hex_trace(request)
+        return task_id, request
 
     def runs(self, task_id: str) -> list[dict[str, Any]]:
         """The worker's spans of the runs of ``task_id`` (the Celery instrumentation's)."""
@@ -148,16 +153,20 @@ def assert_all_in_trace(runs: list[dict[str, Any]], trace_id: str) -> None:
     assert [run["trace_id"] for run in runs] == [trace_id] * len(runs)
 
 
-def test_on_commit_the_worker_span_is_a_child_of_the_publish_in_the_requests_trace(
+def test_on_commit_the_worker_span_is_a_child_of_the_request_that_records_the_publish(
     world: World,
 ) -> None:
-    task_id, trace_id = world.dispatch(RECORD, 1)
+    task_id, request = world.dispatch_in_span(RECORD, 1)
 
     runs = world.wait_runs(task_id, 1)
 
-    assert_all_in_trace(runs, trace_id)
-    (publish,) = world.publishes(task_id, "commit")
-    assert runs[0]["parent_id"] == f"{publish.context.span_id:016x}"
+    assert_all_in_trace(runs, hex_trace(request))
+    assert runs[0]["parent_id"] == f"{request.get_span_context().span_id:016x}"
+    assert world.publishes(task_id, "commit") == []  # published inside the request's span:
+    (event,) = [e for e in request.events if e.name == tracing.PUBLISH_SPAN]  # an event on it
+    assert (event.attributes or {})[tracing.PATH_ATTRIBUTE] == "commit"
+    assert (event.attributes or {})[tracing.MESSAGE_ID_ATTRIBUTE] == task_id
+    assert (event.attributes or {})[tracing.WAIT_ATTRIBUTE] >= 0.0
 
 
 def test_a_swept_row_runs_in_the_requests_trace(
@@ -207,6 +216,8 @@ def test_both_runs_of_a_task_retried_on_an_eta_are_in_the_requests_trace(world: 
         if span["name"] == tracing.PUBLISH_SPAN
         and span["attributes"][tracing.MESSAGE_ID_ATTRIBUTE] == task_id
     ]
+    # The Celery instrumentation's apply_async span is current at the retry's dispatch and
+    # ended at its publish: the publish has a span of its own, under that one.
     assert [span["attributes"][tracing.PATH_ATTRIBUTE] for span in retry] == ["eta"]
     assert runs[1]["parent_id"] == retry[0]["span_id"]  # the retry's run: a child of its publish
 

@@ -133,6 +133,23 @@ def test_rows_sharing_a_context_are_published_in_one_span_the_others_each_in_the
     assert "traceparent" not in headers["t-7"]
 
 
+def test_a_batch_published_inside_the_span_that_dispatched_it_is_one_event_on_it(
+    app: Celery, broker_url: str, broker_queue: str
+) -> None:
+    spans = memory_exporter()
+
+    with tracer.start_as_current_span("request") as request:  # an on-commit publish
+        published = send(app, [dispatched(app, n) for n in (1, 2, 3)])
+
+    assert sorted(published) == [1, 2, 3]
+    assert [s.name for s in spans.get_finished_spans()] == ["request"]  # no publish span
+    (event,) = request.events
+    assert event.name == tracing.PUBLISH_SPAN
+    assert (event.attributes or {})[tracing.BATCH_COUNT_ATTRIBUTE] == 3
+    parents = {t: span_id_of(h["traceparent"]) for t, h in queued(broker_url, broker_queue).items()}
+    assert parents == dict.fromkeys(("t-1", "t-2", "t-3"), hex_ids(request)[1])
+
+
 def test_a_batch_whose_pipeline_fails_records_the_error_and_each_row_is_sent_again(
     app: Celery, broker_url: str, broker_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

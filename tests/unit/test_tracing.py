@@ -191,6 +191,72 @@ def test_a_publish_that_raises_ends_its_span_with_the_error(app: Celery) -> None
     assert (publish.name, publish.status.status_code) == (tracing.PUBLISH_SPAN, StatusCode.ERROR)
 
 
+def test_a_publish_inside_the_span_that_dispatched_it_is_an_event_on_that_span(
+    app: Celery, queue_name: str
+) -> None:
+    spans = memory_exporter()
+    sender = producers(app, clock=lambda: NOW + timedelta(seconds=0.25))
+
+    try:
+        with tracer.start_as_current_span("request") as request:  # an on-commit publish
+            message = dispatched(app)
+            sent = sender.send([StoredMessage.written(message, 1)], path="commit")
+    finally:
+        sender.close()
+
+    assert sent.published == [1]
+    assert [s.name for s in spans.get_finished_spans()] == ["request"]  # no span of its own
+    (event,) = request.events
+    assert event.name == tracing.PUBLISH_SPAN
+    assert dict(event.attributes or {}) == {
+        tracing.PATH_ATTRIBUTE: "commit",
+        tracing.WAIT_ATTRIBUTE: 0.25,
+        tracing.TASK_NAME_ATTRIBUTE: TASK,
+        tracing.MESSAGE_ID_ATTRIBUTE: "t-1",
+    }
+    (headers,) = queued_headers(queue_name)  # the worker's span: the request's child
+    assert parent_of(headers["traceparent"]) == ids(request)
+
+
+def test_a_publish_inside_another_span_still_has_its_own(app: Celery, queue_name: str) -> None:
+    spans = memory_exporter()
+    with tracer.start_as_current_span("request"):
+        message = dispatched(app)
+    sender = producers(app)
+
+    try:
+        with tracer.start_as_current_span("a later operation") as later:
+            sender.send([StoredMessage.written(message, 1)], path="commit")
+    finally:
+        sender.close()
+
+    assert later.events == ()
+    (publish,) = [s for s in spans.get_finished_spans() if s.name == tracing.PUBLISH_SPAN]
+    (headers,) = queued_headers(queue_name)
+    assert parent_of(headers["traceparent"]) == ids(publish)
+
+
+def test_a_failed_publish_inside_its_dispatching_span_records_the_error_there(
+    app: Celery,
+) -> None:
+    spans = memory_exporter()
+    sender = producers(app)
+
+    try:
+        with tracer.start_as_current_span("request") as request:
+            message = dispatched(app)
+            options = {k: v for k, v in message.options.items() if k != "content_type"}
+            with pytest.raises(KeyError):
+                sender.publish_message(replace(message, options=options), path="now")
+    finally:
+        sender.close()
+
+    assert [e.name for e in request.events] == [tracing.PUBLISH_SPAN, "exception"]
+    assert (request.events[1].attributes or {})["exception.type"] == "KeyError"
+    assert request.status.status_code is StatusCode.UNSET  # the request itself did not fail
+    assert [s.name for s in spans.get_finished_spans()] == ["request"]
+
+
 @pytest.mark.parametrize("entry", ["commit", "now", "sweep", "relay"])
 def test_each_entry_point_names_itself_in_the_publish_span(
     app: Celery, store: InMemoryOutboxStore, queue_name: str, entry: str
