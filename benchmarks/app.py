@@ -168,6 +168,8 @@ def outbox_retry_long(self: Task[Any, Any], i: int) -> Any:
 RETRY_QUEUE = f"{QUEUE}:retries"
 #: The retry queue of :func:`storm_isolated_low` (its worker runs at a lower CPU priority).
 LOW_RETRY_QUEUE = f"{QUEUE}:retries-low"
+#: The retry queue of :func:`storm_isolated_core` (its worker runs on one core, niced).
+CORE_RETRY_QUEUE = f"{QUEUE}:retries-core"
 #: Backoff cap (seconds) of the storm tasks: from their fifth attempt on, each retries
 #: every 2 s while the outage lasts (500 tasks: about 250 failing attempts a second).
 STORM_BACKOFF_MAX = 2.0
@@ -203,4 +205,10 @@ def storm_isolated(i: int) -> None:
 @app.task(base=_StormTask, name="bench.storm_isolated_low", retry_queue=LOW_RETRY_QUEUE)
 def storm_isolated_low(i: int) -> None:
     """A storm task whose retries go to :data:`LOW_RETRY_QUEUE`."""
+    _storm(i)
+
+
+@app.task(base=_StormTask, name="bench.storm_isolated_core", retry_queue=CORE_RETRY_QUEUE)
+def storm_isolated_core(i: int) -> None:
+    """A storm task whose retries go to :data:`CORE_RETRY_QUEUE`."""
     _storm(i)

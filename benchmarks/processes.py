@@ -96,13 +96,15 @@ def start_worker(
     app_module: str = "benchmarks.worker_app",
     queue: str | None = None,
     nice: int = 0,
+    cpus: str | None = None,
 ) -> Child:
     """A Celery worker of ``app_module`` (the benchmark app) on ``queue`` (this run's
-    queue by default), at CPU priority ``nice``, once it is ready (the module prints
-    :data:`READY`)."""
+    queue by default), at CPU priority ``nice``, confined to the CPUs ``cpus`` (a
+    ``taskset -c`` list) when given, once it is ready (the module prints :data:`READY`)."""
     from benchmarks.app import QUEUE
 
     argv = [
+        *(["taskset", "-c", cpus] if cpus else []),
         *(["nice", "-n", str(nice)] if nice else []),
         sys.executable,
         "-m",

@@ -18,7 +18,11 @@ and every storm task succeeds once before the next case:
   before the measurement starts;
 - ``isolated_low``: the same, with a retry worker of its own (on another retry queue)
   running at ``nice`` 10: when the retry workers share the healthy worker's cores, the
-  kernel gives the healthy worker the CPU first.
+  kernel gives the healthy worker the CPU first;
+- ``isolated_core``: the same again, with a retry worker (on a third retry queue) at
+  ``nice`` 10 and confined to one core (``taskset``, the machine's last CPU), as a CPU
+  quota would confine it: the healthy worker, unconfined in every case, always has a
+  core the storm cannot take.
 
 The ratio is each case's throughput over ``none``'s in the same round; medians of rounds.
 Both workers share the machine's cores: on 2 cores the retry worker's CPU is taken from
@@ -27,6 +31,7 @@ the healthy worker too, which the ratio includes.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -44,19 +49,19 @@ CASES = {
     "shared": "without retry_queue",
     "isolated": "with retry_queue",
     "isolated_low": "with retry_queue, its worker at nice 10",
+    "isolated_core": "with retry_queue, its worker at nice 10 on one core",
 }
 #: CPU priority of the ``isolated_low`` case's retry worker.
 LOW_PRIORITY = 10
 
 
 def _case(kind: str, healthy: int, storm: int) -> float:
-    from benchmarks.app import healthy as healthy_task
-    from benchmarks.app import key, reports, storm_isolated, storm_isolated_low, storm_shared
+    from benchmarks import app
 
     env.purge_broker()
     if kind != "none":
-        reports().set(key("outage"), 1)
-        task = {"shared": storm_shared, "isolated": storm_isolated}.get(kind, storm_isolated_low)
+        app.reports().set(app.key("outage"), 1)
+        task = getattr(app, f"storm_{kind}")
         for i in range(storm):
             task.delay(i)
         wait_until(
@@ -66,29 +71,36 @@ def _case(kind: str, healthy: int, storm: int) -> float:
         )
     started = time.perf_counter()
     for i in range(healthy):
-        healthy_task.apply_async((i,))
+        app.healthy.apply_async((i,))
     wait_until(
         lambda: env.counter("healthy") >= healthy, timeout=600, what="healthy tasks", interval=0.01
     )
     elapsed = time.perf_counter() - started
     if kind != "none":
         # The outage ends: every storm task succeeds once, so cases never overlap.
-        reports().delete(key("outage"))
+        app.reports().delete(app.key("outage"))
         wait_until(lambda: env.counter("storm_done") >= storm, timeout=600, what="the storm to end")
     return healthy / elapsed
 
 
 def run(*, healthy: int, rounds: int, storm: int = STORM) -> list[dict[str, Any]]:
-    """Three result rows (without ``retry_queue``, with it, with it and a niced retry
-    worker), as ratios to the no-failure throughput (``--quick`` uses a smaller storm, as
-    a harness check)."""
-    from benchmarks.app import LOW_RETRY_QUEUE, RETRY_QUEUE
+    """Four result rows (without ``retry_queue``, with it, with it and a niced retry
+    worker, with it and a niced retry worker on one core), as ratios to the no-failure
+    throughput (``--quick`` uses a smaller storm, as a harness check)."""
+    from benchmarks.app import CORE_RETRY_QUEUE, LOW_RETRY_QUEUE, RETRY_QUEUE
 
     env.reset_outbox()
     worker = start_worker(pool="prefork", concurrency=2)
     retry_worker = start_worker(pool="prefork", concurrency=2, queue=RETRY_QUEUE)
     low_worker = start_worker(
         pool="prefork", concurrency=2, queue=LOW_RETRY_QUEUE, nice=LOW_PRIORITY
+    )
+    core_worker = start_worker(
+        pool="prefork",
+        concurrency=2,
+        queue=CORE_RETRY_QUEUE,
+        nice=LOW_PRIORITY,
+        cpus=str((os.cpu_count() or 1) - 1),
     )
     try:
         _case("none", min(healthy, 200), storm)  # warm-up
@@ -97,6 +109,7 @@ def run(*, healthy: int, rounds: int, storm: int = STORM) -> list[dict[str, Any]
             for kind in CASES:
                 samples[kind].append(_case(kind, healthy, storm))
     finally:
+        core_worker.stop()
         low_worker.stop()
         retry_worker.stop()
         worker.stop()
@@ -104,7 +117,7 @@ def run(*, healthy: int, rounds: int, storm: int = STORM) -> list[dict[str, Any]
         env.reset_outbox()
     base = median(samples["none"])
     rows = []
-    for kind in ("shared", "isolated", "isolated_low"):
+    for kind in ("shared", "isolated", "isolated_low", "isolated_core"):
         ratios = [s / n for s, n in zip(samples[kind], samples["none"], strict=True)]
         rows.append(
             {
