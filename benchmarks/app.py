@@ -168,8 +168,10 @@ def outbox_retry_long(self: Task[Any, Any], i: int) -> Any:
 RETRY_QUEUE = f"{QUEUE}:retries"
 #: The retry queue of :func:`storm_isolated_low` (its worker runs at a lower CPU priority).
 LOW_RETRY_QUEUE = f"{QUEUE}:retries-low"
-#: The retry queue of :func:`storm_isolated_core` (its worker runs on one core, niced).
-CORE_RETRY_QUEUE = f"{QUEUE}:retries-core"
+#: The healthy queue of the pinned pair of workers (its worker has core 0 to itself).
+PINNED_QUEUE = f"{QUEUE}:pinned"
+#: The retry queue of :func:`storm_pinned` (its worker has the last core to itself).
+PINNED_RETRY_QUEUE = f"{QUEUE}:retries-pinned"
 #: Backoff cap (seconds) of the storm tasks: from their fifth attempt on, each retries
 #: every 2 s while the outage lasts (500 tasks: about 250 failing attempts a second).
 STORM_BACKOFF_MAX = 2.0
@@ -208,7 +210,7 @@ def storm_isolated_low(i: int) -> None:
     _storm(i)
 
 
-@app.task(base=_StormTask, name="bench.storm_isolated_core", retry_queue=CORE_RETRY_QUEUE)
-def storm_isolated_core(i: int) -> None:
-    """A storm task whose retries go to :data:`CORE_RETRY_QUEUE`."""
+@app.task(base=_StormTask, name="bench.storm_pinned", retry_queue=PINNED_RETRY_QUEUE)
+def storm_pinned(i: int) -> None:
+    """A storm task whose retries go to :data:`PINNED_RETRY_QUEUE`."""
     _storm(i)

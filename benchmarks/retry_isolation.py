@@ -19,14 +19,17 @@ and every storm task succeeds once before the next case:
 - ``isolated_low``: the same, with a retry worker of its own (on another retry queue)
   running at ``nice`` 10: when the retry workers share the healthy worker's cores, the
   kernel gives the healthy worker the CPU first;
-- ``isolated_core``: the same again, with a retry worker (on a third retry queue) at
-  ``nice`` 10 and confined to one core (``taskset``, the machine's last CPU), as a CPU
-  quota would confine it: the healthy worker, unconfined in every case, always has a
-  core the storm cannot take.
+- ``pinned``: each worker on a core of its own, as workers on machines (or CPU quotas)
+  of their own would be: a second pair of workers, the healthy one confined to core 0
+  and the retry one to the last core (``taskset``), with the storm's first attempts and
+  the healthy tasks on the pair's healthy queue. Its reference is ``none_pinned``: the
+  same pinned healthy worker with no storm. PostgreSQL, Redis and this process still
+  share both cores with them.
 
-The ratio is each case's throughput over ``none``'s in the same round; medians of rounds.
-Both workers share the machine's cores: on 2 cores the retry worker's CPU is taken from
-the healthy worker too, which the ratio includes.
+The ratio is each case's throughput over its reference's in the same round (``none``,
+or ``none_pinned``); medians of rounds. Outside ``pinned`` the workers share the
+machine's cores: on 2 cores the retry worker's CPU is taken from the healthy worker too,
+which the ratio includes.
 """
 
 from __future__ import annotations
@@ -49,8 +52,11 @@ CASES = {
     "shared": "without retry_queue",
     "isolated": "with retry_queue",
     "isolated_low": "with retry_queue, its worker at nice 10",
-    "isolated_core": "with retry_queue, its worker at nice 10 on one core",
+    "none_pinned": "no failures, the healthy worker on a core of its own",
+    "pinned": "with retry_queue, each worker on a core of its own",
 }
+#: Each case's reference (no storm, the same healthy worker).
+REFERENCE = {"shared": "none", "isolated": "none", "isolated_low": "none", "pinned": "none_pinned"}
 #: CPU priority of the ``isolated_low`` case's retry worker.
 LOW_PRIORITY = 10
 
@@ -59,11 +65,13 @@ def _case(kind: str, healthy: int, storm: int) -> float:
     from benchmarks import app
 
     env.purge_broker()
-    if kind != "none":
+    queue = app.PINNED_QUEUE if kind.endswith("pinned") else app.QUEUE
+    stormy = not kind.startswith("none")
+    if stormy:
         app.reports().set(app.key("outage"), 1)
         task = getattr(app, f"storm_{kind}")
         for i in range(storm):
-            task.delay(i)
+            task.apply_async((i,), queue=queue)
         wait_until(
             lambda: env.counter("storm_attempts") >= storm * WARM_ATTEMPTS,
             timeout=600,
@@ -71,12 +79,12 @@ def _case(kind: str, healthy: int, storm: int) -> float:
         )
     started = time.perf_counter()
     for i in range(healthy):
-        app.healthy.apply_async((i,))
+        app.healthy.apply_async((i,), queue=queue)
     wait_until(
         lambda: env.counter("healthy") >= healthy, timeout=600, what="healthy tasks", interval=0.01
     )
     elapsed = time.perf_counter() - started
-    if kind != "none":
+    if stormy:
         # The outage ends: every storm task succeeds once, so cases never overlap.
         app.reports().delete(app.key("outage"))
         wait_until(lambda: env.counter("storm_done") >= storm, timeout=600, what="the storm to end")
@@ -85,9 +93,10 @@ def _case(kind: str, healthy: int, storm: int) -> float:
 
 def run(*, healthy: int, rounds: int, storm: int = STORM) -> list[dict[str, Any]]:
     """Four result rows (without ``retry_queue``, with it, with it and a niced retry
-    worker, with it and a niced retry worker on one core), as ratios to the no-failure
-    throughput (``--quick`` uses a smaller storm, as a harness check)."""
-    from benchmarks.app import CORE_RETRY_QUEUE, LOW_RETRY_QUEUE, RETRY_QUEUE
+    worker, with it and each worker on a core of its own), as ratios to the no-failure
+    throughput of the same healthy worker (``--quick`` uses a smaller storm, as a harness
+    check)."""
+    from benchmarks.app import LOW_RETRY_QUEUE, PINNED_QUEUE, PINNED_RETRY_QUEUE, RETRY_QUEUE
 
     env.reset_outbox()
     worker = start_worker(pool="prefork", concurrency=2)
@@ -95,30 +104,28 @@ def run(*, healthy: int, rounds: int, storm: int = STORM) -> list[dict[str, Any]
     low_worker = start_worker(
         pool="prefork", concurrency=2, queue=LOW_RETRY_QUEUE, nice=LOW_PRIORITY
     )
-    core_worker = start_worker(
-        pool="prefork",
-        concurrency=2,
-        queue=CORE_RETRY_QUEUE,
-        nice=LOW_PRIORITY,
-        cpus=str((os.cpu_count() or 1) - 1),
-    )
+    last = str((os.cpu_count() or 1) - 1)
+    pinned = start_worker(pool="prefork", concurrency=2, queue=PINNED_QUEUE, cpus="0")
+    pinned_retry = start_worker(pool="prefork", concurrency=2, queue=PINNED_RETRY_QUEUE, cpus=last)
     try:
         _case("none", min(healthy, 200), storm)  # warm-up
+        _case("none_pinned", min(healthy, 200), storm)
         samples: dict[str, list[float]] = {kind: [] for kind in CASES}
         for _ in range(rounds):
             for kind in CASES:
                 samples[kind].append(_case(kind, healthy, storm))
     finally:
-        core_worker.stop()
+        pinned_retry.stop()
+        pinned.stop()
         low_worker.stop()
         retry_worker.stop()
         worker.stop()
         env.purge_broker()
         env.reset_outbox()
-    base = median(samples["none"])
     rows = []
-    for kind in ("shared", "isolated", "isolated_low", "isolated_core"):
-        ratios = [s / n for s, n in zip(samples[kind], samples["none"], strict=True)]
+    for kind in ("shared", "isolated", "isolated_low", "pinned"):
+        reference = samples[REFERENCE[kind]]
+        ratios = [s / n for s, n in zip(samples[kind], reference, strict=True)]
         rows.append(
             {
                 "benchmark": "retry isolation",
@@ -126,11 +133,11 @@ def run(*, healthy: int, rounds: int, storm: int = STORM) -> list[dict[str, Any]
                 "unit": "healthy tasks/s",
                 "tasks": healthy,
                 "rounds": rounds,
-                "baseline": base,
+                "baseline": median(reference),
                 "value": median(samples[kind]),
                 "ratio": median(ratios),
                 "target": None if kind == "shared" else 0.95,
-                "samples": {kind: samples[kind], "none": samples["none"]},
+                "samples": {kind: samples[kind], REFERENCE[kind]: reference},
             }
         )
     return rows
