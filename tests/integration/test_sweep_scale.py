@@ -20,7 +20,12 @@ from celery_outbox.config import OutboxConfig
 from celery_outbox.records import MessageStatus
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.sweeper import Sweeper, SweepReport
-from tests.integration.sweep_app import create_app, create_tables, insert_committed_rows
+from tests.integration.sweep_app import (
+    conf_env,
+    create_app,
+    create_tables,
+    insert_committed_rows,
+)
 from tests.integration.sweep_support import drain_task_ids
 from tests.integration.test_sweep import LONG_AGO, start_sweeper_process
 
@@ -62,6 +67,10 @@ def test_four_sweepers_at_once_publish_each_row_exactly_once(
         "OUTBOX_TEST_BROKER": broker_url,
         "OUTBOX_TEST_QUEUE": broker_queue,
         "OUTBOX_TEST_DB": outbox_db,
+        # The race of the claims is under test, not a stalled broker: on a loaded machine
+        # a pipeline of 500 can wait longer than the default second, and a pass that times
+        # out reschedules its rows (delivered or not), which this count would read as lost.
+        "OUTBOX_TEST_CONF": conf_env({"outbox_publish_timeout": 30.0}),
     }
     sweepers = [start_sweeper_process(env, "--go", str(go)) for _ in range(SWEEPERS)]
     for process in sweepers:  # all four imported and set up before they race

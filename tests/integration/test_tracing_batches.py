@@ -174,10 +174,11 @@ def test_a_batch_whose_pipeline_fails_records_the_error_and_each_row_is_sent_aga
     failed = [s for s in publishes if (s.attributes or {}).get(tracing.BATCH_COUNT_ATTRIBUTE)]
     assert [s.status.status_code.name for s in failed] == ["ERROR"]
     singles = [s for s in publishes if (s.attributes or {}).get(tracing.MESSAGE_ID_ATTRIBUTE)]
-    assert sorted((s.attributes or {})[tracing.MESSAGE_ID_ATTRIBUTE] for s in singles) == [
-        "t-1",
-        "t-2",
-    ]
+    again = sorted((s.attributes or {})[tracing.MESSAGE_ID_ATTRIBUTE] for s in singles)
+    if broker_url.startswith("redis"):
+        assert again == ["t-1", "t-2"]
+    else:  # the rows whose confirm arrived before the wait failed are published already
+        assert set(again) <= {"t-1", "t-2"}
     assert set(queued(broker_url, broker_queue)) == {"t-1", "t-2"}
 
 
