@@ -73,7 +73,9 @@ class OutboxMessageQuerySet(models.QuerySet["OutboxMessage"]):
                 models.Q(created_at__lte=created_before)
                 | models.Q(available_at__gt=models.F("created_at"))
             )
-        return rows.order_by("available_at", "id")
+        # The due index's order (ties: the index's): ordering by (available_at, id) made
+        # PostgreSQL sort every due row to claim the first few.
+        return rows.order_by("available_at")
 
     def leased_by(self, ids: Sequence[int], leases: Collection[datetime]) -> Self:
         """Those of ``ids`` still leased until one of ``leases`` (a claim's fencing tokens)."""

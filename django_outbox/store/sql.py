@@ -7,7 +7,9 @@ ORM query costs more than its round trip: about 550 µs against 210 µs for the 
 
 PostgreSQL
     :func:`claim_due` and :func:`claim_ids` lease rows in one autocommit statement,
-    ``WITH claim AS (SELECT ... FOR UPDATE SKIP LOCKED) UPDATE ... RETURNING *``,
+    ``WITH claim AS (SELECT ... FOR UPDATE SKIP LOCKED) UPDATE ... RETURNING ...``,
+    reading the due rows in the order of the due index ``(status, available_at)``, so a
+    claim reads its batch and no more however large the backlog, and
     keeping the candidates whose predecessors hold fewer bytes than the budget (a running sum of
     ``octet_length(payload)``, which reads a stored value's size without decompressing
     it). The ``status = 'pending'`` literal lets PostgreSQL use the partial indexes.
@@ -46,6 +48,7 @@ PostgreSQL, SQLite and MySQL/MariaDB
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -59,7 +62,9 @@ from celery_outbox.records import (
     WORKFLOW_TABLE,
     MessageStatus,
     NewMessage,
+    StoredMessage,
 )
+from celery_outbox.rows import MESSAGE_COLUMNS
 from django_outbox.models import OutboxMessage
 from django_outbox.store import rows as convert
 from django_outbox.store.clocks import clock_of
@@ -69,18 +74,24 @@ _CLAIM = (
     f"SELECT id, available_at, octet_length(payload) AS size FROM {OUTBOX_TABLE} "
     "WHERE {where} AND status = 'pending' "
     "AND available_at <= %s AND (locked_until IS NULL OR locked_until <= %s) "
-    "ORDER BY available_at, id {limit} FOR UPDATE SKIP LOCKED), "
+    # By the due index's own order (ties: the index's), so a claim reads its batch and
+    # no more: ordering by (available_at, id) sorted the whole backlog on every claim.
+    "ORDER BY available_at {limit} FOR UPDATE SKIP LOCKED), "
     # Each row whose predecessors hold fewer than the budget: never an empty claim.
     "budget AS (SELECT id, sum(size) OVER (ORDER BY available_at, id) - size AS before "
     "FROM claim) "
     f"UPDATE {OUTBOX_TABLE} SET locked_until = %s "
     "WHERE id IN (SELECT id FROM budget WHERE %s::bigint IS NULL OR before < %s::bigint) "
-    "RETURNING *"
+    "RETURNING {returning}"
 )
 
-_CLAIM_IDS = _CLAIM.format(where="id = ANY(%s)", limit="")
+#: The columns a claim returns, in the order :func:`_stored` reads them.
+_RETURNING = ", ".join(MESSAGE_COLUMNS)
+_CLAIM_IDS = _CLAIM.format(where="id = ANY(%s)", limit="", returning=_RETURNING)
 _CLAIM_DUE = _CLAIM.format(
-    where="(created_at <= %s OR available_at > created_at)", limit="LIMIT %s"
+    where="(created_at <= %s OR available_at > created_at)",
+    limit="LIMIT %s",
+    returning=_RETURNING,
 )
 
 _PAIRS = "unnest(%s::bigint[], %s::timestamptz[]) AS lease(id, until)"
@@ -142,7 +153,7 @@ def claim_ids(
     lease_until: datetime,
     max_bytes: int | None,
     alias: str,
-) -> list[OutboxMessage]:
+) -> list[StoredMessage]:
     """PostgreSQL: lease those of ``ids`` that are pending, due and unleased, within
     ``max_bytes``."""
     return _claim(_CLAIM_IDS, [list(ids), now, now, lease_until, max_bytes, max_bytes], alias)
@@ -156,16 +167,30 @@ def claim_due(
     lease_until: datetime,
     max_bytes: int | None,
     alias: str,
-) -> list[OutboxMessage]:
+) -> list[StoredMessage]:
     """PostgreSQL: lease up to ``limit`` due rows past their grace (or parked), oldest due
     first, and no row after the one that brings the claim to ``max_bytes`` of payload."""
     params = [created_before, now, now, limit, lease_until, max_bytes, max_bytes]
     return _claim(_CLAIM_DUE, params, alias)
 
 
-def _claim(sql: str, params: list[Any], alias: str) -> list[OutboxMessage]:
-    found = list(OutboxMessage.objects.db_manager(alias).raw(sql, params))
+def _claim(sql: str, params: list[Any], alias: str) -> list[StoredMessage]:
+    # Plain tuples, not model instances: on a sweep of 20,000 rows Django's row-to-object
+    # conversion took as long as the statement itself.
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql, params)
+        found = [_stored(row) for row in cursor.fetchall()]
     return sorted(found, key=lambda row: (row.available_at, row.id))
+
+
+def _stored(row: Sequence[Any]) -> StoredMessage:
+    """The record of a row returned in :data:`MESSAGE_COLUMNS` order (the driver reads the
+    JSON column as text, as it does for Django's ``JSONField``)."""
+    values = dict(zip(MESSAGE_COLUMNS, row, strict=True))
+    options = values["options"]
+    values["options"] = json.loads(options) if isinstance(options, str) else options
+    values["status"] = MessageStatus(values["status"])
+    return StoredMessage(**values)
 
 
 def still_leased(pairs: Sequence[tuple[int, datetime]], *, alias: str) -> set[int]:

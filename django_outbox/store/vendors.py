@@ -21,8 +21,6 @@ from datetime import datetime
 from django.db import connections
 
 from celery_outbox.records import Claim, NewMessage, StoredMessage
-from django_outbox.models import OutboxMessage
-from django_outbox.store import rows as convert
 from django_outbox.store import sql
 from django_outbox.store.orm import OrmStrategy
 
@@ -118,10 +116,8 @@ class PostgreSQLStrategy(OrmStrategy):
         return sql.delete_published(pairs, alias=alias)
 
 
-def _claim_of(found: list[OutboxMessage], lease_until: datetime) -> Claim:
-    return Claim(
-        messages=tuple(convert.stored_message(row) for row in found), lease_until=lease_until
-    )
+def _claim_of(found: list[StoredMessage], lease_until: datetime) -> Claim:
+    return Claim(messages=tuple(found), lease_until=lease_until)
 
 
 #: The strategy of each alias, chosen on its first use.
