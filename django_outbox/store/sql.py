@@ -106,6 +106,9 @@ _DELETE = (
     "WHERE m.id = lease.id AND m.locked_until = lease.until{async_commit}"
 )
 
+#: One row (a request's on-commit publish): no arrays to bind and plan, ~0.1 ms less.
+_DELETE_ONE = f"DELETE FROM {OUTBOX_TABLE} WHERE id = %s AND locked_until = %s{{async_commit}}"
+
 #: A one-time filter evaluated before any row is touched: this transaction only.
 _ASYNC_COMMIT = " AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
 
@@ -206,9 +209,14 @@ def delete_published(pairs: Sequence[tuple[int, datetime]], *, alias: str) -> in
     Asynchronous commit only outside a caller's transaction, whose commit must stay durable.
     """
     connection = connections[alias]
-    sql = _DELETE.format(async_commit="" if connection.in_atomic_block else _ASYNC_COMMIT)
+    async_commit = "" if connection.in_atomic_block else _ASYNC_COMMIT
+    if len(pairs) == 1:
+        sql, params = _DELETE_ONE.format(async_commit=async_commit), list(pairs[0])
+    else:
+        sql = _DELETE.format(async_commit=async_commit)
+        params = [[i for i, _ in pairs], [lease for _, lease in pairs]]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [[i for i, _ in pairs], [lease for _, lease in pairs]])
+        cursor.execute(sql, params)
         return int(cursor.rowcount)
 
 

@@ -109,6 +109,31 @@ def test_mark_published_deletes_only_rows_still_leased_by_the_claim(
     assert list(OutboxMessage.objects.values_list("id", flat=True)) == [ids[0]]
 
 
+@postgres_only
+@pytest.mark.parametrize("count", [1, 3])
+def test_deleting_published_rows_commits_asynchronously_for_that_statement_only(
+    store: Any, message: Any, now: datetime, count: int
+) -> None:
+    ids = [store.add(message(f"t{n}")) for n in range(count)]
+    claim = store.claim(ids, now=now, lease_until=later(now, 30))
+    connection = connections["default"]
+    with CaptureQueriesContext(connection) as queries:
+        assert store.mark_published(claim, ids, now=now, keep=False) == count
+    (delete,) = [q["sql"] for q in queries]
+    assert "set_config('synchronous_commit', 'off', true)" in delete
+    assert not OutboxMessage.objects.filter(pk__in=ids).exists()
+    # Transaction-local: the caller's next transaction commits durably.
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone() == ("on",)
+    # Inside a caller's transaction the delete is part of it, and so is its commit.
+    again = [store.add(message(f"u{n}")) for n in range(count)]
+    claim = store.claim(again, now=now, lease_until=later(now, 30))
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        assert store.mark_published(claim, again, now=now, keep=False) == count
+    assert [q["sql"] for q in queries if "set_config" in q["sql"]] == []
+
+
 def test_mark_published_with_keep_marks_rows(store: Any, message: Any, now: datetime) -> None:
     row_id = store.add(message("kept"))
     claim = store.claim([row_id], now=now, lease_until=later(now, 30))
