@@ -74,7 +74,7 @@ class OutboxMessageQuerySet(models.QuerySet["OutboxMessage"]):
                 | models.Q(available_at__gt=models.F("created_at"))
             )
         # The due index's order (ties: the index's): ordering by (available_at, id) made
-        # PostgreSQL sort every due row to claim the first few.
+        # PostgreSQL sort every row due at the same instant to claim the first few.
         return rows.order_by("available_at")
 
     def leased_by(self, ids: Sequence[int], leases: Collection[datetime]) -> Self:

@@ -63,7 +63,8 @@ def due_past_grace(
     c = table.c
     where = and_(due(table, now), past_grace(table, created_before))
     # The due index's order (ties: the index's): on PostgreSQL, whose index entries do not
-    # end with the id, ordering by (available_at, id) sorted the whole backlog per claim.
+    # end with the id, ordering by (available_at, id) sorted every row due at the same
+    # instant (a backlog written at once) on every claim.
     return select(table).where(where).order_by(c.available_at).limit(limit)
 
 

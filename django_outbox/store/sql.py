@@ -75,7 +75,8 @@ _CLAIM = (
     "WHERE {where} AND status = 'pending' "
     "AND available_at <= %s AND (locked_until IS NULL OR locked_until <= %s) "
     # By the due index's own order (ties: the index's), so a claim reads its batch and
-    # no more: ordering by (available_at, id) sorted the whole backlog on every claim.
+    # no more: ordering by (available_at, id) sorted every row due at the same instant (a
+    # backlog written at once) on every claim.
     "ORDER BY available_at {limit} FOR UPDATE SKIP LOCKED), "
     # Each row whose predecessors hold fewer than the budget: never an empty claim.
     "budget AS (SELECT id, sum(size) OVER (ORDER BY available_at, id) - size AS before "
