@@ -11,12 +11,18 @@ Fixtures, all opt-in (nothing runs unless a test asks for it):
     The Celery app whose store and tasks ``outbox`` uses: Celery's current app.
     Override it in your ``conftest.py`` to name another.
 
+One hook runs for every test: after a test, the published rows whose ``DELETE`` the
+Django store handed to a thread (:mod:`django_outbox.store.published`) are deleted and
+that thread's connection is closed, so no test sees another's rows and the test database
+can be dropped at the end (nothing happens unless that module was loaded).
+
 This module never imports Django or SQLAlchemy. See ``docs/pytest-plugin.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
@@ -43,3 +49,12 @@ def outbox(outbox_celery_app: Celery) -> Iterator[OutboxRecorder]:
 
     with OutboxRecorder.recording(outbox_celery_app) as recorder:
         yield recorder
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    """Before a test's fixtures end: delete its published rows still waiting (Django)."""
+    published = sys.modules.get("django_outbox.store.published")
+    if published is not None:
+        published.settle()
+    yield

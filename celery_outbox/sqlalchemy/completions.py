@@ -33,11 +33,12 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from celery_outbox import published_rows
 from celery_outbox.completions import Completion
 from celery_outbox.exceptions import StoreError
 from celery_outbox.records import NewMessage, StoredCompletion, StoredMessage
 from celery_outbox.rows import message_columns
-from celery_outbox.sqlalchemy import last_writes, published_rows
+from celery_outbox.sqlalchemy import last_writes
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
 from celery_outbox.sqlalchemy.tables import OutboxTables
 from celery_outbox.storage import OutboxStore

@@ -11,10 +11,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session, scoped_session
 
+from celery_outbox import published_rows
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.records import Claim, MessageStatus, NewMessage, StoredMessage
 from celery_outbox.rows import message_columns
-from celery_outbox.sqlalchemy import claims, inserts, last_writes, published_rows, transactions
+from celery_outbox.sqlalchemy import claims, inserts, last_writes, transactions
 from celery_outbox.sqlalchemy import statements as sql
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
 from celery_outbox.sqlalchemy.bulk import SQLAlchemyBulk

@@ -21,6 +21,7 @@ from typing import Any
 
 from django.db import transaction
 
+from celery_outbox import published_rows
 from celery_outbox.records import StoredMessage
 from celery_outbox.storage import PublishCallback, publisher_key
 from django_outbox._compat import on_commit_callbacks
@@ -47,11 +48,12 @@ class CommitBatch:
         could have taken one away happened since the batch began."""
         messages = tuple(self.messages)
         known = frozenset(m.id for m in messages) if self.doubts.count == self.mark else None
-        if known is None:
-            self.publish(messages)
-            return
-        with commits.known_committed(self.alias, known):
-            self.publish(messages)
+        with published_rows.deferring():  # their DELETE leaves the caller's path
+            if known is None:
+                self.publish(messages)
+                return
+            with commits.known_committed(self.alias, known):
+                self.publish(messages)
 
     def is_registered(self, connection: Any) -> bool:
         """Whether Django will still call this batch when ``connection`` commits."""
@@ -65,7 +67,8 @@ def defer(message: StoredMessage, publish: PublishCallback, *, using: str) -> No
     """
     connection = transaction.get_connection(using)
     if not connection.in_atomic_block:
-        publish((message,))
+        with published_rows.deferring():
+            publish((message,))
         return
     batches: dict[Hashable, CommitBatch] = getattr(connection, _BATCHES_ATTR, None) or {}
     key = publisher_key(publish)

@@ -110,6 +110,12 @@ _DELETE = (
 #: One row (a request's on-commit publish): no arrays to bind and plan, ~0.1 ms less.
 _DELETE_ONE = f"DELETE FROM {OUTBOX_TABLE} WHERE id = %s AND locked_until = %s{{async_commit}}"
 
+#: Rows of several commits, each fenced by one of their leases (committed asynchronously).
+_DELETE_LEASED = (
+    f"DELETE FROM {OUTBOX_TABLE} WHERE id = ANY(%s) AND locked_until = ANY(%s)"
+    " AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
+)
+
 #: A one-time filter evaluated before any row is touched: this transaction only.
 _ASYNC_COMMIT = " AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
 
@@ -218,6 +224,14 @@ def delete_published(pairs: Sequence[tuple[int, datetime]], *, alias: str) -> in
         params = [[i for i, _ in pairs], [lease for _, lease in pairs]]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+def delete_leased(ids: Sequence[int], leases: Sequence[datetime], *, alias: str) -> int:
+    """PostgreSQL, outside a transaction: delete the rows ``ids`` still holding one of
+    ``leases`` (deferred deletes: :mod:`django_outbox.store.published`); how many."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(_DELETE_LEASED, [list(ids), list(leases)])
         return int(cursor.rowcount)
 
 

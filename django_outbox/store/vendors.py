@@ -21,7 +21,7 @@ from datetime import datetime
 from django.db import connections
 
 from celery_outbox.records import Claim, NewMessage, StoredMessage
-from django_outbox.store import sql
+from django_outbox.store import published, sql
 from django_outbox.store.orm import OrmStrategy
 
 
@@ -108,7 +108,13 @@ class PostgreSQLStrategy(OrmStrategy):
         return _claim_of(found, lease_until)
 
     def delete_published(self, claim: Claim, ids: Sequence[int], *, alias: str) -> int:
-        """One ``DELETE`` of the rows still holding their lease."""
+        """One ``DELETE`` of the rows still holding their lease; after a commit's publish,
+        handed to a thread (:mod:`.published`), which deletes them soon after."""
+        connection = connections[alias]
+        if not connection.in_atomic_block and published.rows_of(alias).took(
+            claim, ids, dialect=connection.vendor
+        ):
+            return len(ids)
         wanted = set(ids)
         pairs = [
             (m.id, m.locked_until or claim.lease_until) for m in claim.messages if m.id in wanted

@@ -50,6 +50,10 @@ class Harness(abc.ABC):
     def rows(self) -> list[StoredMessage]:
         """Every outbox row as it is now, whatever its status."""
 
+    def settle(self) -> None:  # noqa: B027 - a hook: the other stores defer nothing
+        """Run whatever deletes of published rows a store deferred (Django's on-commit
+        publisher hands them to a thread); nothing for the others."""
+
     def in_thread(self, work: Callable[[], T]) -> T:
         """Run ``work`` as a thread's body (and release what the thread opened)."""
         return work()
@@ -173,6 +177,12 @@ class DjangoHarness(Harness):
         for model in apps.get_app_config("django_outbox").get_models():
             if model._meta.managed and not model._meta.proxy:
                 model._default_manager.all().delete()
+
+    def settle(self) -> None:
+        """Run the published rows' deletes the on-commit publisher handed to a thread."""
+        from django_outbox.store.published import settle
+
+        assert settle()
 
     def in_thread(self, work: Callable[[], T]) -> T:
         from django.db import connections

@@ -277,7 +277,7 @@ def test_oldest_pending_is_the_earliest_created(harness: Harness) -> None:
 def test_purge_deletes_old_rows_in_the_given_statuses_up_to_the_limit(harness: Harness) -> None:
     published = [add(harness) for _ in range(3)]
     failed = add(harness)
-    add(harness)  # stays pending
+    add(harness, available_at=NOW + SECOND)  # stays pending: not due at the claim
     claim = claim_due(harness, limit=4)
     harness.store.mark_published(claim, published, now=NOW, keep=True)
     harness.store.record_failure(claim, [failed], error="x", retry_at=None)

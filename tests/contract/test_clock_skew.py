@@ -150,6 +150,7 @@ def test_a_sweeper_off_by_a_minute_never_takes_a_live_producers_rows(
 
     assert swept == [0]  # the sweeper ran in the race and took none of the born leases
     assert published == Counter(dict.fromkeys(ids, 1))  # each once: no double publish
+    harness.settle()
     assert pending(harness) == 0  # none lost, none left behind
 
 

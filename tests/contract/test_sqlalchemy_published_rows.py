@@ -18,10 +18,10 @@ from celery import Celery
 from sqlalchemy import Engine, event, select
 
 from celery_outbox import OutboxTask
+from celery_outbox.published_rows import PublishedRows, deferring
 from celery_outbox.records import Claim, StoredMessage
 from celery_outbox.registry import install_store, relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
-from celery_outbox.sqlalchemy.published_rows import PublishedRows, deferring
 from celery_outbox.state import reset
 from tests.brokers import delete_queue, take_task_ids
 from tests.contract.factories import LEASE, NOW, new_message
@@ -92,7 +92,7 @@ def test_a_failed_delete_is_logged_and_never_raised(caplog: pytest.LogCaptureFix
 
     rows = PublishedRows(fail, flush_after=3600)  # the thread waits: flush by hand
     rows.defer([7], {7: datetime(2026, 1, 1)})
-    with caplog.at_level(logging.WARNING, logger="celery_outbox.sqlalchemy.published_rows"):
+    with caplog.at_level(logging.WARNING, logger="celery_outbox.published_rows"):
         rows.flush()
     assert "1 published row(s) could not be deleted" in caplog.text
     rows.flush()  # nothing left: the sweeper has them once their lease ends

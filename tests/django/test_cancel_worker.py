@@ -18,6 +18,7 @@ from celery_outbox.clock import utcnow
 from celery_outbox.registry import relay_for, store_for
 from django_outbox.cancelling import cancel_messages
 from django_outbox.models import OutboxMessage
+from django_outbox.store.published import settle
 from tests.django.conftest import World
 from tests.django.helpers import later, postgres_only
 from tests.worker import WorkerProcess, wait_for
@@ -56,4 +57,5 @@ def test_a_row_claimed_by_a_sweeper_is_revoked_on_the_worker(
     assert [run["task_id"] for run in runs] == [sentinel.id]
     wait_for(lambda: doomed.id in worker.log_text(), timeout=10, what="the discard logged")
     assert f"Discarding revoked task: django_e2e.record[{doomed.id}]" in worker.log_text()
+    assert settle()  # the sentinel's row is deleted on a thread, a moment after its publish
     assert not OutboxMessage.objects.exists()

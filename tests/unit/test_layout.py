@@ -44,7 +44,7 @@ NO_UNIT_MODULE: dict[str, str] = {
     "sqlalchemy/bulk.py": "tests/contract/test_add_many.py (every dialect)",
     "bulk_store.py": "the BulkStore contract: tests/contract/test_add_many.py",
     "sqlalchemy/last_writes.py": "tests/contract/test_sqlalchemy_last_writes.py",
-    "sqlalchemy/published_rows.py": "tests/contract/test_sqlalchemy_published_rows.py",
+    "published_rows.py": "test_sqlalchemy_published_rows.py, django/test_published_deletes.py",
     "sqlalchemy/letters.py": "tests/contract/test_dead_letters.py",
     "sqlalchemy/statements.py": "tests/contract (every statement, every dialect)",
     "sqlalchemy/store.py": "tests/contract/test_sqlalchemy_store.py and the contract",

@@ -1,19 +1,25 @@
-"""Deleting the rows an atomic step published, off the step's path (PostgreSQL).
+"""Deleting published rows off the publisher's path (PostgreSQL, both stores).
 
-After an atomic step commits, the successor it handed on (the next chain step, a link, a
-chord body) is published and its row must then go. That fenced ``DELETE`` was a statement
-of its own, on the step's path, per step. Inside :func:`deferring` (the commit of an
-atomic run) it is handed to a thread of the process instead, which waits
-:data:`FLUSH_AFTER` for the rows of the next steps and deletes them all with one
+After a commit that wrote outbox rows (a Django request's transaction, an atomic step
+handing on its successors), the rows are published and must then go. That fenced
+``DELETE`` was a statement of its own, on the caller's path, per commit. Inside
+:func:`deferring` (the on-commit publish of the Django store, the commit of an atomic
+run of the SQLAlchemy store) it is handed to a thread of the process instead, which waits
+:data:`FLUSH_AFTER` for the rows of the next commits and deletes them all with one
 statement, as the sweeper does a batch.
 
 Nothing else changes: until then the rows are published and still hold the lease they
 were born with (at least a second, ``outbox_claim_lease``), so no sweeper publishes them
 again, and the ``DELETE`` is fenced by that lease as before. A process killed before the
 thread ran leaves them to the sweeper once their lease ends, as a kill between the publish
-and the ``DELETE`` always did (an atomic successor skips the duplicate). A process that
-exits deletes what is left first (``atexit``, and Celery's ``worker_process_shutdown`` for
-prefork children, which leave without running ``atexit``).
+and the ``DELETE`` always did. A process that exits deletes what is left first
+(``atexit``, and Celery's ``worker_process_shutdown`` for prefork children, which leave
+without running ``atexit``).
+
+A store whose thread holds a connection of its own (Django's connections belong to their
+thread) passes ``release``: the thread calls it after :data:`IDLE_AFTER` seconds without
+rows, so an idle process holds no extra connection. :meth:`PublishedRows.settle` deletes
+what waits and releases at once (a test suite's end, before its database is dropped).
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ logger = logging.getLogger(__name__)
 #: that commit meanwhile go in the same statement).
 FLUSH_AFTER = 0.05
 
+#: Seconds without rows after which the thread calls ``release``.
+IDLE_AFTER = 0.5
+
 #: Deletes ``(ids, leases)`` fenced by the leases: the store's statement.
 Delete = Callable[[Sequence[int], Sequence[datetime]], object]
 
@@ -58,12 +67,21 @@ class PublishedRows:
     """The published rows of one store waiting for their ``DELETE``, and the thread that
     runs it (started in the process that defers the first row, again after a fork)."""
 
-    def __init__(self, delete: Delete, *, flush_after: float = FLUSH_AFTER) -> None:
+    def __init__(
+        self,
+        delete: Delete,
+        *,
+        flush_after: float = FLUSH_AFTER,
+        release: Callable[[], object] | None = None,
+        idle_after: float = IDLE_AFTER,
+    ) -> None:
         self._delete = delete
         self._flush_after = flush_after
+        self._release, self._idle_after = release, idle_after
         self._rows: dict[int, datetime] = {}
         self._ready = threading.Condition()
         self._pid: int | None = None
+        self._settling: list[threading.Event] = []
 
     def took(self, claim: Claim, ids: Sequence[int], *, dialect: str) -> bool:
         """Whether the deletes of the published rows ``ids`` of ``claim`` were deferred:
@@ -113,10 +131,44 @@ class PublishedRows:
     def _on_shutdown(self, **_: object) -> None:
         self.flush()
 
+    def settle(self, timeout: float = 5.0) -> bool:
+        """Delete every row waiting now and let the thread release its connection;
+        whether it did within ``timeout`` seconds (at once when no thread runs here)."""
+        if self._pid != os.getpid():
+            self.flush()
+            return True
+        done = threading.Event()
+        with self._ready:
+            self._settling.append(done)
+            self._ready.notify()
+        return done.wait(timeout)
+
     def _run(self) -> None:
+        holding = False  # whether a flush ran since the last release
         while True:
             with self._ready:
-                while not self._rows:
-                    self._ready.wait()
-            time.sleep(self._flush_after)
+                while not self._rows and not self._settling:
+                    wait = self._idle_after if holding and self._release else None
+                    if not self._ready.wait(wait):
+                        break  # idle: release below
+                settling, self._settling = self._settling, []
+                waiting = bool(self._rows)
+            if waiting and not settling:
+                time.sleep(self._flush_after)
+                self.flush()
+                holding = True
+                continue
             self.flush()
+            if holding or settling:
+                self._released()
+                holding = False
+            for done in settling:
+                done.set()
+
+    def _released(self) -> None:
+        if self._release is None:
+            return
+        try:
+            self._release()
+        except Exception:  # a connection that fails to close is gone anyway
+            logger.debug("celery-outbox: releasing the deletes' connection failed", exc_info=True)

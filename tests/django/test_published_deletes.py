@@ -1,0 +1,138 @@
+"""A commit's published rows are deleted off the request's path (PostgreSQL, a real broker).
+
+The on-commit publish hands the rows' fenced ``DELETE`` to a thread of the process
+(:mod:`django_outbox.store.published`), which deletes the rows of the next commits with
+one statement on a connection of its own, and closes that connection once idle. The
+request's own connection runs no ``DELETE`` after its COMMIT.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
+
+from celery_outbox.published_rows import FLUSH_AFTER, IDLE_AFTER
+from django_outbox.models import OutboxMessage
+from django_outbox.store import published, sql
+from tests.django.conftest import World
+from tests.django.helpers import postgres_only
+from tests.worker import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]
+
+
+@pytest.fixture
+def flusher_pids(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The backend of each delete the thread runs (read on its connection, then deleted)."""
+    pids: list[int] = []
+    delete_leased = sql.delete_leased
+
+    def recording(ids: Any, leases: Any, *, alias: str) -> int:
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            pids.append(int(cursor.fetchone()[0]))
+        return delete_leased(ids, leases, alias=alias)
+
+    monkeypatch.setattr(sql, "delete_leased", recording)
+    return pids
+
+
+def connected(pid: int) -> bool:
+    """Whether backend ``pid`` is still connected."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+        (count,) = cursor.fetchone()
+    return bool(count)
+
+
+def test_the_request_runs_no_delete_and_a_thread_deletes_the_row_soon(world: World) -> None:
+    published.settle()
+    with CaptureQueriesContext(connection) as queries:
+        with transaction.atomic():
+            result = world.record.delay(1)
+        after_commit = len(queries)
+    statements = [q["sql"].split()[0] for q in queries.captured_queries]
+    assert "DELETE" not in statements, statements
+    assert after_commit == len(queries)  # the publish after COMMIT ran no statement here
+    started = time.monotonic()
+    wait_for(
+        lambda: not OutboxMessage.objects.filter(task_id=result.id).exists(),
+        timeout=5,
+        what="the thread to delete the published row",
+    )
+    assert time.monotonic() - started < FLUSH_AFTER + 2.0
+
+
+def test_rows_of_commits_close_together_go_in_one_statement(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    published.settle()
+    calls: list[int] = []
+    delete_leased = sql.delete_leased
+
+    def counting(ids: Any, leases: Any, *, alias: str) -> int:
+        calls.append(len(ids))
+        return delete_leased(ids, leases, alias=alias)
+
+    monkeypatch.setattr(sql, "delete_leased", counting)
+    ids = []
+    for n in range(5):
+        with transaction.atomic():
+            ids.append(world.record.delay(n).id)
+    assert published.settle()
+    assert not OutboxMessage.objects.filter(task_id__in=ids).exists()
+    assert sum(calls) == 5
+    assert len(calls) < 5, calls  # five commits within FLUSH_AFTER of each other
+
+
+def test_the_thread_closes_its_connection_when_idle_and_settle_at_once(
+    world: World, flusher_pids: list[int]
+) -> None:
+    published.settle()
+    with transaction.atomic():
+        world.record.delay(1)
+    wait_for(lambda: not OutboxMessage.objects.exists(), timeout=5, what="the delete")
+    (pid,) = flusher_pids
+    assert pid != connection.cursor().connection.info.backend_pid
+    assert connected(pid)  # the thread's connection, kept while busy
+    wait_for(
+        lambda: not connected(pid),
+        timeout=IDLE_AFTER + 5,
+        what="the idle thread to close its connection",
+    )
+    with transaction.atomic():
+        world.record.delay(2)
+    assert published.settle()
+    assert not OutboxMessage.objects.exists()
+    assert len(flusher_pids) == 2
+    # Closed by settle() (its backend leaves pg_stat_activity a moment later).
+    wait_for(lambda: not connected(flusher_pids[1]), timeout=5, what="the closed connection")
+
+
+def test_a_failed_delete_is_logged_leaves_the_row_leased_and_the_next_one_reconnects(
+    world: World, flusher_pids: list[int], caplog: pytest.LogCaptureFixture
+) -> None:
+    published.settle()
+    with transaction.atomic():
+        world.record.delay(1)
+    wait_for(lambda: not OutboxMessage.objects.exists(), timeout=5, what="the first delete")
+    # The thread's connection dies under it (a restart, a proxy's idle timeout).
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [flusher_pids[0]])
+    with caplog.at_level(logging.WARNING, logger="celery_outbox.published_rows"):
+        with transaction.atomic():
+            second = world.record.delay(2).id
+        wait_for(lambda: "could not be deleted" in caplog.text, timeout=5, what="the failed delete")
+    row = OutboxMessage.objects.get(task_id=second)
+    assert row.status == "pending"
+    assert row.locked_until is not None  # the sweeper's once its lease ends
+    with transaction.atomic():
+        world.record.delay(3)
+    assert published.settle()
+    assert list(OutboxMessage.objects.values_list("task_id", flat=True)) == [second]
+    assert flusher_pids[-1] != flusher_pids[0]  # a new connection
