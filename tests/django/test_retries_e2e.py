@@ -300,6 +300,7 @@ def test_a_retry_naming_no_error_says_so_and_one_in_an_except_names_that_error(
     worker = run.start({"outbox_park_after": 1.0})  # no beat: it would outlive the test
     result = run.app.tasks["retry.bare"].delay("bare", PARKED_WAIT)
     run.wait_attempts("retry.bare", 1)
+    assert settle()  # the dispatched row's DELETE: what is left with the task id is parked
     wait_for(
         lambda: OutboxMessage.objects.filter(task_id=result.id).exists(),
         timeout=5,
