@@ -1,4 +1,9 @@
-"""The on-commit publisher's deletes, off the request's path (PostgreSQL).
+"""Deleting published rows (PostgreSQL): at once, or off the request's path.
+
+:func:`delete_published` deletes rows fenced by their leases at once, one statement; it
+commits asynchronously outside a caller's transaction (``synchronous_commit = off`` for
+that statement's transaction only): losing the delete in a database crash only publishes
+the rows again, so it need not wait for the WAL flush.
 
 A transaction that wrote outbox rows publishes them right after its COMMIT; their
 fenced ``DELETE`` then goes to a thread of the process
@@ -21,10 +26,52 @@ from datetime import datetime
 from django.db import connections
 
 from celery_outbox.published_rows import PublishedRows
+from celery_outbox.records import OUTBOX_TABLE
 from django_outbox.store import sql
+
+#: A one-time filter evaluated before any row is touched: this transaction only.
+_ASYNC_COMMIT = " AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
+
+_DELETE = (
+    f"DELETE FROM {OUTBOX_TABLE} m USING {sql.LEASE_PAIRS} "
+    "WHERE m.id = lease.id AND m.locked_until = lease.until{async_commit}"
+)
+
+#: One row (a request's on-commit publish): no arrays to bind and plan, ~0.1 ms less.
+_DELETE_ONE = f"DELETE FROM {OUTBOX_TABLE} WHERE id = %s AND locked_until = %s{{async_commit}}"
+
+#: Rows of several commits, each fenced by one of their leases (committed asynchronously).
+_DELETE_LEASED = (
+    f"DELETE FROM {OUTBOX_TABLE} WHERE id = ANY(%s) AND locked_until = ANY(%s){_ASYNC_COMMIT}"
+)
 
 _ROWS: dict[str, PublishedRows] = {}
 _LOCK = threading.Lock()
+
+
+def delete_published(pairs: Sequence[tuple[int, datetime]], *, alias: str) -> int:
+    """Delete the ``(id, lease)`` pairs' rows still holding that lease, at once; how many.
+
+    Asynchronous commit only outside a caller's transaction, whose commit must stay durable.
+    """
+    connection = connections[alias]
+    async_commit = "" if connection.in_atomic_block else _ASYNC_COMMIT
+    if len(pairs) == 1:
+        statement, params = _DELETE_ONE.format(async_commit=async_commit), list(pairs[0])
+    else:
+        statement = _DELETE.format(async_commit=async_commit)
+        params = [[i for i, _ in pairs], [lease for _, lease in pairs]]
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return int(cursor.rowcount)
+
+
+def delete_leased(ids: Sequence[int], leases: Sequence[datetime], *, alias: str) -> int:
+    """Delete the rows ``ids`` still holding one of ``leases``, outside a transaction (the
+    thread's statement); how many."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(_DELETE_LEASED, [list(ids), list(leases)])
+        return int(cursor.rowcount)
 
 
 def rows_of(alias: str) -> PublishedRows:
@@ -49,7 +96,7 @@ def settle(timeout: float = 5.0) -> bool:
 
 def _delete(alias: str, ids: Sequence[int], leases: Sequence[datetime]) -> None:
     try:
-        sql.delete_leased(ids, leases, alias=alias)
+        delete_leased(ids, leases, alias=alias)
     except Exception:
         _close(alias)  # the next flush starts on a fresh connection
         raise

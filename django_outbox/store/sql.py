@@ -13,12 +13,9 @@ PostgreSQL
     keeping the candidates whose predecessors hold fewer bytes than the budget (a running sum of
     ``octet_length(payload)``, which reads a stored value's size without decompressing
     it). The ``status = 'pending'`` literal lets PostgreSQL use the partial indexes.
-    :func:`still_leased` and :func:`delete_published` take the rows as two arrays,
-    ``unnest``-ed into ``(id, lease)`` pairs, so each row is checked against its own lease.
-    Deleting published rows outside a caller's transaction commits asynchronously
-    (``synchronous_commit = off`` for that statement's transaction only): losing the
-    delete in a database crash only publishes the rows again, so it need not wait for the
-    WAL flush.
+    :func:`still_leased` takes the rows as two arrays, ``unnest``-ed into ``(id, lease)``
+    pairs, so each row is checked against its own lease. The deletes of published rows
+    are :mod:`django_outbox.store.published`'s.
 
 PostgreSQL and SQLite 3.35+
     :func:`upsert` inserts a row unless its task id already has a pending one,
@@ -95,29 +92,13 @@ _CLAIM_DUE = _CLAIM.format(
     returning=_RETURNING,
 )
 
-_PAIRS = "unnest(%s::bigint[], %s::timestamptz[]) AS lease(id, until)"
+#: The ``(id, lease)`` pairs of two array parameters.
+LEASE_PAIRS = "unnest(%s::bigint[], %s::timestamptz[]) AS lease(id, until)"
 
 _STILL_LEASED = (
-    f"SELECT m.id FROM {OUTBOX_TABLE} m JOIN {_PAIRS} "
+    f"SELECT m.id FROM {OUTBOX_TABLE} m JOIN {LEASE_PAIRS} "
     "ON m.id = lease.id AND m.locked_until = lease.until WHERE m.status = 'pending'"
 )
-
-_DELETE = (
-    f"DELETE FROM {OUTBOX_TABLE} m USING {_PAIRS} "
-    "WHERE m.id = lease.id AND m.locked_until = lease.until{async_commit}"
-)
-
-#: One row (a request's on-commit publish): no arrays to bind and plan, ~0.1 ms less.
-_DELETE_ONE = f"DELETE FROM {OUTBOX_TABLE} WHERE id = %s AND locked_until = %s{{async_commit}}"
-
-#: Rows of several commits, each fenced by one of their leases (committed asynchronously).
-_DELETE_LEASED = (
-    f"DELETE FROM {OUTBOX_TABLE} WHERE id = ANY(%s) AND locked_until = ANY(%s)"
-    " AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
-)
-
-#: A one-time filter evaluated before any row is touched: this transaction only.
-_ASYNC_COMMIT = " AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
 
 #: The upsert statement per database vendor (quoting is the vendor's).
 _UPSERT: dict[str, str] = {}
@@ -208,31 +189,6 @@ def still_leased(pairs: Sequence[tuple[int, datetime]], *, alias: str) -> set[in
     with connections[alias].cursor() as cursor:
         cursor.execute(_STILL_LEASED, [[i for i, _ in pairs], [lease for _, lease in pairs]])
         return {row_id for (row_id,) in cursor.fetchall()}
-
-
-def delete_published(pairs: Sequence[tuple[int, datetime]], *, alias: str) -> int:
-    """PostgreSQL: delete the ``(id, lease)`` pairs' rows still holding that lease; how many.
-
-    Asynchronous commit only outside a caller's transaction, whose commit must stay durable.
-    """
-    connection = connections[alias]
-    async_commit = "" if connection.in_atomic_block else _ASYNC_COMMIT
-    if len(pairs) == 1:
-        sql, params = _DELETE_ONE.format(async_commit=async_commit), list(pairs[0])
-    else:
-        sql = _DELETE.format(async_commit=async_commit)
-        params = [[i for i, _ in pairs], [lease for _, lease in pairs]]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return int(cursor.rowcount)
-
-
-def delete_leased(ids: Sequence[int], leases: Sequence[datetime], *, alias: str) -> int:
-    """PostgreSQL, outside a transaction: delete the rows ``ids`` still holding one of
-    ``leases`` (deferred deletes: :mod:`django_outbox.store.published`); how many."""
-    with connections[alias].cursor() as cursor:
-        cursor.execute(_DELETE_LEASED, [list(ids), list(leases)])
-        return int(cursor.rowcount)
 
 
 def upsert(message: NewMessage, *, alias: str) -> int | None:

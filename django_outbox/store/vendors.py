@@ -119,7 +119,7 @@ class PostgreSQLStrategy(OrmStrategy):
         pairs = [
             (m.id, m.locked_until or claim.lease_until) for m in claim.messages if m.id in wanted
         ]
-        return sql.delete_published(pairs, alias=alias)
+        return published.delete_published(pairs, alias=alias)
 
 
 def _claim_of(found: list[StoredMessage], lease_until: datetime) -> Claim:

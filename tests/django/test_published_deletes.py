@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from celery_outbox.published_rows import FLUSH_AFTER, IDLE_AFTER
 from django_outbox.models import OutboxMessage
-from django_outbox.store import published, sql
+from django_outbox.store import published
 from tests.django.conftest import World
 from tests.django.helpers import postgres_only
 from tests.worker import wait_for
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]
 def flusher_pids(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The backend of each delete the thread runs (read on its connection, then deleted)."""
     pids: list[int] = []
-    delete_leased = sql.delete_leased
+    delete_leased = published.delete_leased
 
     def recording(ids: Any, leases: Any, *, alias: str) -> int:
         with connections[alias].cursor() as cursor:
@@ -38,7 +38,7 @@ def flusher_pids(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             pids.append(int(cursor.fetchone()[0]))
         return delete_leased(ids, leases, alias=alias)
 
-    monkeypatch.setattr(sql, "delete_leased", recording)
+    monkeypatch.setattr(published, "delete_leased", recording)
     return pids
 
 
@@ -73,13 +73,13 @@ def test_rows_of_commits_close_together_go_in_one_statement(
 ) -> None:
     published.settle()
     calls: list[int] = []
-    delete_leased = sql.delete_leased
+    delete_leased = published.delete_leased
 
     def counting(ids: Any, leases: Any, *, alias: str) -> int:
         calls.append(len(ids))
         return delete_leased(ids, leases, alias=alias)
 
-    monkeypatch.setattr(sql, "delete_leased", counting)
+    monkeypatch.setattr(published, "delete_leased", counting)
     ids = []
     for n in range(5):
         with transaction.atomic():
