@@ -79,6 +79,7 @@ class PublishedRows:
         self._flush_after = flush_after
         self._release, self._idle_after = release, idle_after
         self._rows: dict[int, datetime] = {}
+        self._deleting: dict[int, datetime] = {}  # the rows of the DELETE running now
         self._ready = threading.Condition()
         self._pid: int | None = None
         self._settling: list[threading.Event] = []
@@ -99,10 +100,21 @@ class PublishedRows:
                 self._rows[row_id] = leases[row_id]
             self._ready.notify()
 
+    def holds(self, row_id: int, lease: datetime | None) -> bool:
+        """Whether row ``row_id``, under ``lease``, is a published row of this process
+        waiting for (or in) its ``DELETE``: its message was sent, so a dispatch of its task
+        id is a new call, not one the row will deliver."""
+        with self._ready:
+            return lease is not None and lease in (
+                self._rows.get(row_id),
+                self._deleting.get(row_id),
+            )
+
     def flush(self) -> None:
         """Delete every row waiting now, on the calling thread. Never raises (logged)."""
         with self._ready:
             rows, self._rows = self._rows, {}
+            self._deleting = rows
         if not rows:
             return
         try:
@@ -114,6 +126,9 @@ class PublishedRows:
                 len(rows),
                 exc_info=True,
             )
+        finally:
+            with self._ready:
+                self._deleting = {}
 
     def _start_here(self) -> None:
         # Unlocked: two threads starting at once start two flushers, which is harmless.

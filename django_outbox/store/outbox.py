@@ -28,7 +28,7 @@ from celery_outbox.records import (
 from celery_outbox.storage import PublishCallback, Supersedes
 from django_outbox._compat import on_commit_callbacks
 from django_outbox.settings import settings
-from django_outbox.store import batches, bulk, commits, letters
+from django_outbox.store import batches, bulk, commits, letters, published
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
 from django_outbox.store.completions import DjangoCompletions
 from django_outbox.store.monitoring import DjangoMonitoring
@@ -56,10 +56,11 @@ class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring, Dj
         strategy = strategy_for(alias)
         with store_errors("write an outbox row"):
             row_id = strategy.insert(message, alias=alias)
-            if row_id is None and supersedes is not None:
+            accepts = published.superseding(supersedes, alias=alias)
+            if row_id is None and accepts is not None:
                 # It may delete a row deferred earlier in this transaction.
                 commits.doubt(transaction.get_connection(alias))
-                row_id = strategy.supersede(message, supersedes, alias=alias)
+                row_id = strategy.supersede(message, accepts, alias=alias)
             return row_id
 
     def transaction_token(self, *, using: str | None = None) -> Hashable | None:

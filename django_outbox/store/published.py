@@ -27,6 +27,7 @@ from django.db import connections
 
 from celery_outbox.published_rows import PublishedRows
 from celery_outbox.records import OUTBOX_TABLE
+from celery_outbox.storage import Supersedes
 from django_outbox.store import sql
 
 #: A one-time filter evaluated before any row is touched: this transaction only.
@@ -86,6 +87,19 @@ def rows_of(alias: str) -> PublishedRows:
                     release=functools.partial(_close, alias),
                 )
     return rows
+
+
+def superseding(supersedes: Supersedes | None, *, alias: str) -> Supersedes | None:
+    """``supersedes``, widened to the published rows of this process whose ``DELETE``
+    still waits: a dispatch of their task id is a new call, which their row will not
+    deliver (its message was sent), so it takes the row's place instead of vanishing
+    into the idempotency key. ``None`` when neither applies."""
+    rows = _ROWS.get(alias)
+    if rows is None:
+        return supersedes
+    return lambda row: (
+        rows.holds(row.id, row.locked_until) or (supersedes is not None and supersedes(row))
+    )
 
 
 def settle(timeout: float = 5.0) -> bool:

@@ -19,6 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from celery_outbox.published_rows import FLUSH_AFTER, IDLE_AFTER
 from django_outbox.models import OutboxMessage
 from django_outbox.store import published
+from tests.brokers import take_task_ids
 from tests.django.conftest import World
 from tests.django.helpers import postgres_only
 from tests.worker import wait_for
@@ -136,3 +137,16 @@ def test_a_failed_delete_is_logged_leaves_the_row_leased_and_the_next_one_reconn
     assert published.settle()
     assert list(OutboxMessage.objects.values_list("task_id", flat=True)) == [second]
     assert flusher_pids[-1] != flusher_pids[0]  # a new connection
+
+
+def test_a_task_id_dispatched_again_while_its_published_row_waits_is_a_new_call(
+    world: World, broker_url: str
+) -> None:
+    published.settle()
+    task_id = f"again-{world.queue}"
+    world.record.apply_async((1,), task_id=task_id)  # published; its row's DELETE waits
+    # Not swallowed by the idempotency key: that row's message was sent already.
+    world.record.apply_async((2,), task_id=task_id)
+    assert published.settle()
+    assert take_task_ids(broker_url, world.queue) == [task_id, task_id]
+    assert not OutboxMessage.objects.exists()
