@@ -80,6 +80,7 @@ class PublishedRows:
         self._release, self._idle_after = release, idle_after
         self._rows: dict[int, datetime] = {}
         self._deleting: dict[int, datetime] = {}  # the rows of the DELETE running now
+        self._tasks: dict[int, str] = {}  # the task id of each row waiting or deleting
         self._ready = threading.Condition()
         self._pid: int | None = None
         self._settling: list[threading.Event] = []
@@ -89,16 +90,34 @@ class PublishedRows:
         inside :func:`deferring`, on PostgreSQL (SQLite's writers lock each other out)."""
         if not _deferring.get() or dialect != "postgresql":
             return False
-        self.defer(ids, {m.id: m.locked_until or claim.lease_until for m in claim.messages})
+        self.defer(
+            ids,
+            {m.id: m.locked_until or claim.lease_until for m in claim.messages},
+            tasks={m.id: m.task_id for m in claim.messages},
+        )
         return True
 
-    def defer(self, ids: Sequence[int], leases: dict[int, datetime]) -> None:
-        """Delete the rows ``ids`` (each fenced by its lease in ``leases``) soon."""
+    def defer(
+        self,
+        ids: Sequence[int],
+        leases: dict[int, datetime],
+        *,
+        tasks: dict[int, str] | None = None,
+    ) -> None:
+        """Delete the rows ``ids`` (each fenced by its lease in ``leases``; ``tasks``: their
+        task ids, for :meth:`waits_for`) soon."""
         self._start_here()
         with self._ready:
             for row_id in ids:
                 self._rows[row_id] = leases[row_id]
+                if tasks is not None:
+                    self._tasks[row_id] = tasks[row_id]
             self._ready.notify()
+
+    def waits_for(self, task_id: str) -> bool:
+        """Whether a row of ``task_id`` is among the rows waiting for (or in) the ``DELETE``."""
+        with self._ready:
+            return task_id in self._tasks.values()
 
     def holds(self, row_id: int, lease: datetime | None) -> bool:
         """Whether row ``row_id``, under ``lease``, is a published row of this process
@@ -129,6 +148,8 @@ class PublishedRows:
         finally:
             with self._ready:
                 self._deleting = {}
+                for row_id in rows:
+                    self._tasks.pop(row_id, None)
 
     def _start_here(self) -> None:
         # Unlocked: two threads starting at once start two flushers, which is harmless.
@@ -136,7 +157,7 @@ class PublishedRows:
         if self._pid == pid:
             return
         if self._pid is not None:  # forked: the parent's rows are the parent's to delete
-            self._rows = {}
+            self._rows, self._deleting, self._tasks = {}, {}, {}
             self._ready = threading.Condition()
         self._pid = pid
         threading.Thread(target=self._run, name="celery-outbox-deletes", daemon=True).start()

@@ -89,13 +89,14 @@ def rows_of(alias: str) -> PublishedRows:
     return rows
 
 
-def superseding(supersedes: Supersedes | None, *, alias: str) -> Supersedes | None:
+def superseding(supersedes: Supersedes | None, *, task_id: str, alias: str) -> Supersedes | None:
     """``supersedes``, widened to the published rows of this process whose ``DELETE``
     still waits: a dispatch of their task id is a new call, which their row will not
     deliver (its message was sent), so it takes the row's place instead of vanishing
-    into the idempotency key. ``None`` when neither applies."""
+    into the idempotency key. ``None`` when neither applies (no statement more: a second
+    dispatch of the same call stays one ``INSERT``)."""
     rows = _ROWS.get(alias)
-    if rows is None:
+    if rows is None or not rows.waits_for(task_id):
         return supersedes
     return lambda row: (
         rows.holds(row.id, row.locked_until) or (supersedes is not None and supersedes(row))
