@@ -56,8 +56,10 @@ class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring, Dj
         strategy = strategy_for(alias)
         with store_errors("write an outbox row"):
             row_id = strategy.insert(message, alias=alias)
+            if row_id is not None:
+                return row_id
             accepts = published.superseding(supersedes, task_id=message.task_id, alias=alias)
-            if row_id is None and accepts is not None:
+            if accepts is not None:
                 # It may delete a row deferred earlier in this transaction.
                 commits.doubt(transaction.get_connection(alias))
                 row_id = strategy.supersede(message, accepts, alias=alias)
