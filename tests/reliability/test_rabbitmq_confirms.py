@@ -34,7 +34,7 @@ TASK = "reliability.confirms.noop"
 #: Rows of the part cut by the crash, and outbox_publish_timeout (seconds).
 ROWS, TIMEOUT = 2000, 2.0
 #: Crashes tried until one cuts a part short of its confirms.
-CRASHES = 3
+CRASHES = 4
 
 
 def row(app: Celery, n: int) -> StoredMessage:
@@ -89,24 +89,32 @@ def test_rabbitmq_killed_during_the_wait_for_confirms_lets_go_of_no_unconfirmed_
         app, timeout=timedelta(seconds=TIMEOUT), batch_bytes=1 << 26, clock=lambda: NOW
     )
     assert sender.send([row(app, 0)], path="sweep").published == [0]  # declares the queue
-    # RabbitMQ may have confirmed the whole part by the time the wait starts (about one
-    # run in fifteen here): then nothing was cut, and the crash is tried again on new rows.
+    # The crash is tried again on new rows (at most CRASHES times) when it did not cut a
+    # part short: RabbitMQ had confirmed the whole part by the time the wait started
+    # (about one run in fifteen here), or, on a loaded machine, RabbitMQ's flow control
+    # held a write of the part past the timeout, so the part failed before its wait and
+    # the node was not killed (seen once in CI). Rows its fall-back reported published
+    # count among those that must survive.
     published: list[int] = []
+    cut, missed = False, list[str]()
     for attempt in range(CRASHES):
         ids = range(1 + attempt * ROWS, 1 + (attempt + 1) * ROWS)
         sent, took, killing = crash_during_the_wait(sender, node, [row(app, n) for n in ids])
-        assert len(killing) == 1, "the part did not wait for its confirms"
         assert sorted([*sent.published, *sent.failed]) == list(ids)
+        published.extend(sent.published)
+        if not killing:  # the part failed while it was written: the node still runs
+            missed.append(f"attempt {attempt}: failed before its wait: {set(sent.failed.values())}")
+            continue
         # Writing the part and killing the node take their time; the waits after it, at
         # most one timeout (the fall-back's connect is refused at once).
         assert took - killing[0] < TIMEOUT + 5.0, f"took {took:.2f} s, the kill {killing[0]:.2f} s"
-        published.extend(sent.published)
-        if sent.failed:
-            break
         node.start()
-    assert sent.failed, f"the broker confirmed every message before each of {CRASHES} kills"
+        if sent.failed:
+            cut = True
+            break
+        missed.append(f"attempt {attempt}: every message confirmed before the kill")
+    assert cut, f"no part of {CRASHES} was cut short of its confirms: {missed}"
 
-    node.start()
     survived = queued(node.url, queue_name)
     lost = {f"task-{n}" for n in published} - survived
     assert not lost, f"{len(lost)} rows reported published lost their message: {sorted(lost)}"
