@@ -13,6 +13,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from celery_outbox.bulk_store import BulkStore
+from celery_outbox.claim_threads import ClaimThreads
 from celery_outbox.completions import CompletionStore
 from celery_outbox.monitoring import MonitoredStore
 from celery_outbox.records import (
@@ -35,8 +36,8 @@ Supersedes = Callable[[StoredMessage], bool]
 def within_budget(sizes: Iterable[int], max_bytes: int | None) -> int:
     """How many of the leading rows of sizes ``sizes`` one claim of ``max_bytes`` takes.
 
-    A row is taken while the rows before it hold fewer than ``max_bytes`` bytes, so a claim
-    is never empty and exceeds the budget by at most one row. Stores that cannot cut in SQL
+    A row is taken while the rows before it hold fewer than ``max_bytes`` bytes: a claim is
+    never empty, and exceeds the budget by one row at most. Stores that cannot cut in SQL
     cut with this, on the sizes the database counted.
     """
     taken = held = 0
@@ -50,9 +51,8 @@ def within_budget(sizes: Iterable[int], max_bytes: int | None) -> int:
 def publisher_key(publish: PublishCallback) -> Hashable:
     """The key of ``publish``'s on-commit batch: equal for publishers that do the same thing.
 
-    Every store groups the rows one transaction deferred by this key, so two equal
-    ``functools.partial`` of one function and arguments (``Relay.publisher``) share a
-    batch, and different publishers (or aliases) get one batch each.
+    Every store groups the rows one transaction deferred by this key: two equal partials
+    of one function and arguments (``Relay.publisher``) share a batch, others get one each.
     """
     if isinstance(publish, functools.partial):
         try:
@@ -64,14 +64,16 @@ def publisher_key(publish: PublishCallback) -> Hashable:
     return publish
 
 
-class OutboxStore(CompletionStore, WorkflowStore, MonitoredStore, WakeupStore, BulkStore, abc.ABC):
+class OutboxStore(
+    CompletionStore, WorkflowStore, MonitoredStore, WakeupStore, BulkStore, ClaimThreads, abc.ABC
+):
     """Where outbox rows and dead letters live.
 
     Every method taking ``using`` accepts a database alias (Django) or ``None`` for the store's
     default; stores with a single database ignore it. Datetimes are aware UTC. Driver errors
-    are raised as :class:`~celery_outbox.exceptions.StoreError` with the cause chained.
-    Parts: :mod:`.completions`, :mod:`.workflows`, :mod:`.monitoring`, :mod:`.wakeups`,
-    :mod:`.bulk_store`.
+    are :class:`~celery_outbox.exceptions.StoreError` (cause chained). Parts: :mod:`.wakeups`,
+    :mod:`.completions`, :mod:`.workflows`, :mod:`.monitoring`, :mod:`.bulk_store`,
+    :mod:`.claim_threads`.
     """
 
     # -- dispatch ---------------------------------------------------------------
@@ -99,9 +101,8 @@ class OutboxStore(CompletionStore, WorkflowStore, MonitoredStore, WakeupStore, B
     def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:
         """Run ``callback`` right after the current transaction commits.
 
-        Never on rollback, and not when the savepoint it was registered in rolls back.
-        Outside a transaction ``callback`` runs before this returns.
-        """
+        Never on rollback, nor when the savepoint it was registered in rolls back. Outside
+        a transaction ``callback`` runs before this returns."""
 
     def awaits_commit(self, callback: Callable[[], None], *, using: str | None = None) -> bool:
         """Whether ``callback``, given to :meth:`on_commit`, still waits for the commit of

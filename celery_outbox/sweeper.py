@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 from celery import Celery
 
+from celery_outbox.claim_ahead import ClaimAhead
 from celery_outbox.clock import Clock
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
@@ -126,7 +127,9 @@ class Sweeper:
         that brings it to ``outbox_sweep_batch_bytes`` of payload, so memory is bounded
         however large the rows. Stops after a short batch (nothing more is due), when the
         time budget is spent, or when a batch published nothing because the broker is
-        unreachable.
+        unreachable. Where the store allows it, the batch after a full one is claimed
+        on a thread while the full one publishes (:mod:`celery_outbox.claim_ahead`); a
+        sweep that stops gives such a batch back unpublished, due again at once.
         ``path`` names the entry point in each publish span (``relay`` from :meth:`run`).
 
         Raises
@@ -136,17 +139,22 @@ class Sweeper:
         """
         deadline = self.now(using) + self.budget
         report = SweepReport()
-        while True:
+        with ClaimAhead(self.store, lambda: self._claim(using), using=using) as ahead:
             self._note_sweep(using)
             claim = self._claim(using)
-            if not claim.messages:
-                return report
-            batch = self._publish(claim, using, path)
-            report += batch
-            if not self._full(claim) or _broker_down(batch):
-                return report
-            if self.now(using) >= deadline:
-                return report + SweepReport(more=True)
+            while claim.messages:
+                more, over = self._full(claim), self.now(using) >= deadline
+                # A full batch means a backlog: the next batch is claimed as this one publishes.
+                started = more and not over and ahead.start()
+                batch = self._publish(claim, using, path)
+                report += batch
+                if not more or _broker_down(batch):
+                    break
+                if over:
+                    return report + SweepReport(more=True)
+                self._note_sweep(using)
+                claim = ahead.take() if started else self._claim(using)
+        return report
 
     def sweep_all(
         self, aliases: Sequence[str | None] | None = None, *, path: PublishPath = "sweep"

@@ -30,6 +30,7 @@ from django_outbox._compat import on_commit_callbacks
 from django_outbox.settings import settings
 from django_outbox.store import batches, bulk, commits, letters, published
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
+from django_outbox.store.claim_threads import DjangoClaimThreads
 from django_outbox.store.completions import DjangoCompletions
 from django_outbox.store.monitoring import DjangoMonitoring
 from django_outbox.store.orm import messages
@@ -38,7 +39,9 @@ from django_outbox.store.wakeups import DjangoWakeups
 from django_outbox.store.workflows import DjangoWorkflows
 
 
-class DjangoOutboxStore(DjangoCompletions, DjangoWorkflows, DjangoMonitoring, DjangoWakeups):
+class DjangoOutboxStore(
+    DjangoCompletions, DjangoWorkflows, DjangoMonitoring, DjangoWakeups, DjangoClaimThreads
+):
     """The ORM store ``django_outbox`` installs as the default store in ``ready()``."""
 
     # -- dispatch -----------------------------------------------------------------------

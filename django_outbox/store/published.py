@@ -43,7 +43,8 @@ _DELETE_ONE = f"DELETE FROM {OUTBOX_TABLE} WHERE id = %s AND locked_until = %s{{
 
 #: Rows of several commits, each fenced by one of their leases (committed asynchronously).
 _DELETE_LEASED = (
-    f"DELETE FROM {OUTBOX_TABLE} WHERE id = ANY(%s) AND locked_until = ANY(%s){_ASYNC_COMMIT}"
+    f"DELETE FROM {OUTBOX_TABLE} WHERE id = ANY(%s::bigint[]) AND locked_until = ANY(%s)"
+    f"{_ASYNC_COMMIT}"
 )
 
 _ROWS: dict[str, PublishedRows] = {}
@@ -70,8 +71,10 @@ def delete_published(pairs: Sequence[tuple[int, datetime]], *, alias: str) -> in
 def delete_leased(ids: Sequence[int], leases: Sequence[datetime], *, alias: str) -> int:
     """Delete the rows ``ids`` still holding one of ``leases``, outside a transaction (the
     thread's statement); how many."""
+    # The ids as one array literal: psycopg's list dumper took ~4% of a sweep's samples.
+    array = "{" + ",".join(map(str, ids)) + "}"
     with connections[alias].cursor() as cursor:
-        cursor.execute(_DELETE_LEASED, [list(ids), list(leases)])
+        cursor.execute(_DELETE_LEASED, [array, list(leases)])
         return int(cursor.rowcount)
 
 
