@@ -19,11 +19,12 @@ before its test database is dropped (the bundled pytest plugin does).
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Sequence
 from datetime import datetime
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from celery_outbox.published_rows import PublishedRows
 from celery_outbox.records import OUTBOX_TABLE
@@ -46,6 +47,8 @@ _DELETE_LEASED = (
     f"DELETE FROM {OUTBOX_TABLE} WHERE id = ANY(%s::bigint[]) AND locked_until = ANY(%s)"
     f"{_ASYNC_COMMIT}"
 )
+
+logger = logging.getLogger(__name__)
 
 _ROWS: dict[str, PublishedRows] = {}
 _LOCK = threading.Lock()
@@ -113,11 +116,19 @@ def settle(timeout: float = 5.0) -> bool:
 
 
 def _delete(alias: str, ids: Sequence[int], leases: Sequence[datetime]) -> None:
+    # A connection that died while idle (a database restart, a proxy's idle timeout)
+    # fails its next statement: the delete is tried once more on a fresh connection, as
+    # repeating a fenced DELETE is harmless. Failing again, the rows wait for the sweeper.
     try:
         delete_leased(ids, leases, alias=alias)
-    except Exception:
-        _close(alias)  # the next flush starts on a fresh connection
-        raise
+    except DatabaseError:
+        _close(alias)
+        logger.info("celery-outbox: deleting published rows again on a new connection")
+        try:
+            delete_leased(ids, leases, alias=alias)
+        except Exception:
+            _close(alias)  # the next flush starts on a fresh connection too
+            raise
 
 
 def _close(alias: str) -> None:

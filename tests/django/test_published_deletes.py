@@ -115,7 +115,7 @@ def test_the_thread_closes_its_connection_when_idle_and_settle_at_once(
     wait_for(lambda: not connected(flusher_pids[1]), timeout=5, what="the closed connection")
 
 
-def test_a_failed_delete_is_logged_leaves_the_row_leased_and_the_next_one_reconnects(
+def test_a_delete_whose_connection_died_is_done_again_on_a_new_one(
     world: World, flusher_pids: list[int], caplog: pytest.LogCaptureFixture
 ) -> None:
     published.settle()
@@ -125,18 +125,45 @@ def test_a_failed_delete_is_logged_leaves_the_row_leased_and_the_next_one_reconn
     # The thread's connection dies under it (a restart, a proxy's idle timeout).
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [flusher_pids[0]])
+    wait_for(lambda: not connected(flusher_pids[0]), timeout=5, what="the terminated backend")
+    with caplog.at_level(logging.INFO, logger="django_outbox.store.published"):
+        with transaction.atomic():
+            world.record.delay(2)
+        assert published.settle()
+    assert not OutboxMessage.objects.exists()  # no duplicate for the sweeper to send
+    assert "again on a new connection" in caplog.text
+    assert flusher_pids[-1] != flusher_pids[0]  # a new connection
+
+
+@pytest.fixture
+def dying_deletes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every delete the thread runs finds its connection terminated (a database that
+    keeps restarting): a real connection error, each time."""
+    delete_leased = published.delete_leased
+
+    def on_a_dead_connection(ids: Any, leases: Any, *, alias: str) -> int:
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (pid,) = cursor.fetchone()
+        with connection.cursor() as cursor:  # the test's own connection ends the thread's
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+        wait_for(lambda: not connected(pid), timeout=5, what="the terminated backend")
+        return delete_leased(ids, leases, alias=alias)
+
+    monkeypatch.setattr(published, "delete_leased", on_a_dead_connection)
+
+
+def test_a_delete_that_fails_twice_is_logged_and_leaves_the_row_leased_for_the_sweeper(
+    world: World, dying_deletes: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    published.settle()
     with caplog.at_level(logging.WARNING, logger="celery_outbox.published_rows"):
         with transaction.atomic():
             second = world.record.delay(2).id
-        wait_for(lambda: "could not be deleted" in caplog.text, timeout=5, what="the failed delete")
+        wait_for(lambda: "could not be deleted" in caplog.text, timeout=10, what="the failure")
     row = OutboxMessage.objects.get(task_id=second)
     assert row.status == "pending"
     assert row.locked_until is not None  # the sweeper's once its lease ends
-    with transaction.atomic():
-        world.record.delay(3)
-    assert published.settle()
-    assert list(OutboxMessage.objects.values_list("task_id", flat=True)) == [second]
-    assert flusher_pids[-1] != flusher_pids[0]  # a new connection
 
 
 def test_a_task_id_dispatched_again_while_its_published_row_waits_is_a_new_call(
