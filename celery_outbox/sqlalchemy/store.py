@@ -19,6 +19,7 @@ from celery_outbox.sqlalchemy import claims, inserts, last_writes, transactions
 from celery_outbox.sqlalchemy import statements as sql
 from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
 from celery_outbox.sqlalchemy.bulk import SQLAlchemyBulk
+from celery_outbox.sqlalchemy.claim_threads import SQLAlchemyClaimThreads
 from celery_outbox.sqlalchemy.completions import SQLAlchemyCompletions
 from celery_outbox.sqlalchemy.letters import SQLAlchemyDeadLetters
 from celery_outbox.sqlalchemy.monitoring import SQLAlchemyMonitoring
@@ -35,6 +36,7 @@ class SQLAlchemyOutboxStore(
     SQLAlchemyMonitoring,
     SQLAlchemyWakeups,
     SQLAlchemyBulk,
+    SQLAlchemyClaimThreads,
 ):
     """The outbox store for SQLAlchemy applications (Flask, FastAPI, scripts).
 
@@ -42,8 +44,7 @@ class SQLAlchemyOutboxStore(
     session bound with :meth:`bind_session` in the current context; the current
     session of ``scoped_session`` if it is in a transaction; otherwise none, and the
     row is committed at once through ``engine``. The relay's work (claims, marks,
-    failures) and maintenance always use short transactions of their own on
-    ``engine``.
+    failures) and maintenance use short transactions of their own on ``engine``.
 
     Parameters
     ----------
@@ -54,8 +55,7 @@ class SQLAlchemyOutboxStore(
         Optional ``scoped_session`` (Flask-SQLAlchemy's ``db.session``) whose current
         session receives dispatches made while it is in a transaction.
     tables
-        The tables, when you defined them on your own ``MetaData`` with
-        :func:`~celery_outbox.sqlalchemy.define_tables`.
+        Your own tables (:func:`~celery_outbox.sqlalchemy.define_tables` on your ``MetaData``).
     clock
         This host's clock, the database's on SQLite (a file on this host); on
         PostgreSQL and MySQL/MariaDB every time is the server's (:meth:`now`).

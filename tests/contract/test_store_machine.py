@@ -169,11 +169,14 @@ class StoreMachine(RuleBasedStateMachine):
         claim = self.store.claim_due(
             now=self.now, created_before=FAR_FUTURE, limit=limit, lease_until=lease_until
         )
-        due = sorted(
-            (i for i, r in self.rows.items() if r.claimable(self.now)),
-            key=lambda i: (self.rows[i].available_at, i),
-        )[:limit]
-        assert [m.id for m in claim.messages] == due
+        claimable = {i: r.available_at for i, r in self.rows.items() if r.claimable(self.now)}
+        due = [m.id for m in claim.messages]
+        # Oldest due first; of rows due at the same instant, any (the due index's order).
+        assert len(set(due)) == len(due)
+        assert set(due) <= set(claimable)
+        times = [claimable[i] for i in due]
+        assert sorted(times) == sorted(claimable.values())[:limit]
+        assert times == sorted(times)  # returned oldest due first
         for row_id in due:
             self.rows[row_id].locked_until = lease_until
         if outcome == "hold":

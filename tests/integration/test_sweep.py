@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -138,6 +139,33 @@ def test_a_sweep_reuses_one_broker_connection_across_batches(
     # kombu's Redis transport opens a fixed few sockets for one Connection (3 here),
     # however many batches and messages go through it.
     assert opened <= 3, f"{opened} connections for 600 messages in 6 batches"
+    assert drain_task_ids(redis_server.url, queue_name) == Counter(dict.fromkeys(task_ids, 1))
+
+
+def test_a_backlog_sweep_claims_its_next_batches_on_a_thread(
+    make_app: Any,
+    redis_server: ThrowawayRedis,
+    queue_name: str,
+    outbox_db: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app = make_app(redis_server.url, queue_name, outbox_db, outbox_sweep_batch_size=100)
+    task_ids = insert_committed_rows(app, 350, created_at=utcnow() - LONG_AGO)
+    threads: list[str] = []
+    claim_due = SQLAlchemyOutboxStore.claim_due
+
+    def recording(self: SQLAlchemyOutboxStore, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return claim_due(self, **kwargs)
+
+    monkeypatch.setattr(SQLAlchemyOutboxStore, "claim_due", recording)
+
+    assert sweeper_for(app).sweep() == SweepReport(published=350, batches=4)
+
+    assert threads[0] == threading.current_thread().name
+    assert len(threads) == 4
+    assert all(name.startswith("celery-outbox-claim") for name in threads[1:]), threads
+    assert counts(app) == EMPTY
     assert drain_task_ids(redis_server.url, queue_name) == Counter(dict.fromkeys(task_ids, 1))
 
 

@@ -42,6 +42,7 @@ NO_UNIT_MODULE: dict[str, str] = {
     "sqlalchemy/claims.py": "tests/contract/test_claims.py, test_claim_budget.py",
     "sqlalchemy/inserts.py": "tests/contract/test_dispatch.py, test_superseding.py",
     "sqlalchemy/bulk.py": "tests/contract/test_add_many.py (every dialect)",
+    "sqlalchemy/claim_threads.py": "contract/test_sqlalchemy_claim_threads.py, integration",
     "bulk_store.py": "the BulkStore contract: tests/contract/test_add_many.py",
     "sqlalchemy/last_writes.py": "tests/contract/test_sqlalchemy_last_writes.py",
     "published_rows.py": "test_sqlalchemy_published_rows.py, django/test_published_deletes.py",
