@@ -19,6 +19,8 @@ import subprocess
 from pathlib import Path
 from typing import IO
 
+from kombu import Connection
+
 from tests.reliability.servers import ServerUnavailable, StopMode, free_port, port_open
 from tests.worker import wait_for
 
@@ -96,7 +98,17 @@ class ThrowawayRabbitMQ:
         process = self._process
         if process is None or process.poll() is not None:
             raise ServerUnavailable(f"RabbitMQ exited: {self.log_text()[-2000:]}")
-        return port_open(self.port)
+        return port_open(self.port) and self.accepts()
+
+    def accepts(self) -> bool:
+        """Whether the node completes an AMQP handshake now (its port can be open while
+        it boots, or restarts its listener after a crash, and still refuse one)."""
+        try:
+            with Connection(self.url, connect_timeout=2) as conn:
+                conn.connect()
+        except Exception:  # any failure: not ready yet
+            return False
+        return True
 
     def stop(self, *, mode: StopMode = "terminate") -> None:
         """Stop the node: ``rabbitmqctl shutdown`` (``terminate``), or SIGKILL to its whole

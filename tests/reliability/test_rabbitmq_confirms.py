@@ -27,6 +27,7 @@ from celery_outbox.producers import Producers, Sent
 from celery_outbox.records import StoredMessage
 from tests.messages import NOW, stored
 from tests.reliability.rabbit_server import ThrowawayRabbitMQ
+from tests.worker import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -104,6 +105,7 @@ def test_rabbitmq_killed_during_the_wait_for_confirms_lets_go_of_no_unconfirmed_
         published.extend(sent.published)
         if not killing:  # the part failed while it was written: the node still runs
             missed.append(f"attempt {attempt}: failed before its wait: {set(sent.failed.values())}")
+            wait_for(node.accepts, timeout=60, what="the node to accept connections again")
             continue
         # Writing the part and killing the node take their time; the waits after it, at
         # most one timeout (the fall-back's connect is refused at once).
@@ -113,7 +115,10 @@ def test_rabbitmq_killed_during_the_wait_for_confirms_lets_go_of_no_unconfirmed_
             cut = True
             break
         missed.append(f"attempt {attempt}: every message confirmed before the kill")
-    assert cut, f"no part of {CRASHES} was cut short of its confirms: {missed}"
+    assert cut, (
+        f"no part of {CRASHES} was cut short of its confirms: {missed}; the node's log ends "
+        f"with {node.log_text()[-1500:]}"
+    )
 
     survived = queued(node.url, queue_name)
     lost = {f"task-{n}" for n in published} - survived
