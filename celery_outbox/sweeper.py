@@ -128,8 +128,8 @@ class Sweeper:
         however large the rows. Stops after a short batch (nothing more is due), when the
         time budget is spent, or when a batch published nothing because the broker is
         unreachable. Where the store allows it, the batch after a full one is claimed
-        on a thread while the full one publishes (:mod:`celery_outbox.claim_ahead`); a
-        sweep that stops gives such a batch back unpublished, due again at once.
+        on a thread while the full one publishes (:mod:`celery_outbox.claim_ahead`: two
+        batches in memory at most); a sweep that stops gives such a batch back, due again.
         ``path`` names the entry point in each publish span (``relay`` from :meth:`run`).
 
         Raises
