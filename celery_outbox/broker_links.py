@@ -18,6 +18,7 @@ from kombu import Connection, Producer
 
 from celery_outbox import broker
 from celery_outbox.broker import Deadline
+from celery_outbox.redis_push import RedisPush
 
 
 class BrokerLinks(threading.local):
@@ -31,6 +32,9 @@ class BrokerLinks(threading.local):
         The producer on the connection's default channel.
     pipelines
         Whether the producer can pipeline publishes (kombu >= 5.7 on Redis).
+    push
+        The producer's :class:`~celery_outbox.redis_push.RedisPush` on kombu's Redis
+        transport (a part in one pipeline, without kombu's work per message), else None.
     confirms
         The publisher confirms of its channel (RabbitMQ), else None.
     """
@@ -40,6 +44,7 @@ class BrokerLinks(threading.local):
         self.connection: Connection | None = None
         self.producer: Producer | None = None
         self.pipelines = False
+        self.push: RedisPush | None = None
         self.confirms: broker.Confirms | None = None
         self._bound_queues: dict[str, Any] = {}
 
@@ -68,6 +73,7 @@ class BrokerLinks(threading.local):
                 and bool(getattr(channel, "supports_batch_publish", True))
             )
             self.confirms = broker.confirms(channel)
+            self.push = RedisPush.of(self.producer)
         return self.producer
 
     def queues(self, producer: Producer, names: Iterable[str]) -> list[Any]:
@@ -84,6 +90,12 @@ class BrokerLinks(threading.local):
                 queue = self._bound_queues[name] = self.app.amqp.queues[name].bind(channel)
             queues.append(queue)
         return queues
+
+    def declare(self, producer: Producer, names: Iterable[str]) -> None:
+        """Declare the queues ``names`` on ``producer``'s channel, as kombu does before a
+        publish (once per channel: kombu remembers them)."""
+        for queue in self.queues(producer, sorted(names)):
+            producer.maybe_declare(queue, retry=False)
 
     def close(self, deadline: Deadline) -> None:
         """Release the connection, each goodbye awaited at most the time ``deadline`` leaves."""

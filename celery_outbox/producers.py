@@ -15,15 +15,16 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 from celery import Celery
-from kombu import Connection, Producer
+from kombu import Producer
 
 from celery_outbox import broker, tracing
 from celery_outbox.broker import Deadline
 from celery_outbox.broker_links import BrokerLinks
-from celery_outbox.envelope import publish_body, publish_headers
+from celery_outbox.envelope import publish_headers
+from celery_outbox.message_sends import MessageSends, Send
 from celery_outbox.records import NewMessage, StoredMessage
 from celery_outbox.storage import within_budget
 
@@ -70,6 +71,7 @@ class Producers:
     ) -> None:
         self.app, self.timeout, self.batch_bytes, self.clock = app, timeout, batch_bytes, clock
         self._local = BrokerLinks(app)
+        self._sends = MessageSends(self._local, clock)
 
     # -- passes ----------------------------------------------------------------------
     def send(self, messages: Sequence[StoredMessage], *, path: str) -> Sent:
@@ -152,16 +154,26 @@ class Producers:
         self, producer: Producer, pending: Sequence[StoredMessage], deadline: Deadline, path: str
     ) -> Sent:
         # The transport pipelines (Redis): the whole part goes out in one round trip
-        # instead of one per message. max_size keeps kombu from flushing part of it
-        # early, so on any error nothing was sent, or the flush failed and delivery is
-        # uncertain: either way the rows are published again one by one.
-        size = _COMMANDS_PER_MESSAGE * len(pending)
+        # instead of one per message, so on any error nothing was sent, or the flush
+        # failed and delivery is uncertain: either way the rows are published again one
+        # by one. A part for the default exchange is pushed as kombu would push it
+        # (:mod:`.redis_push`); others go through kombu's batch, whose max_size keeps it
+        # from flushing part of it early.
+        push = self._local.push
         try:
-            pipeline = producer.batch(max_size=size)  # type: ignore[attr-defined]
-            with self._publishing_all(producer, pending, deadline, path, within=pipeline):
+            if push is not None and all(push.takes(m.options) for m in pending):
+                self._local.declare(
+                    producer, {n for m in pending for n in m.options.get("declare") or ()}
+                )
+                within, send = push.pushing(), self._sends.into(push)
+            else:
+                size = _COMMANDS_PER_MESSAGE * len(pending)
+                within, send = producer.batch(max_size=size), self._sends.through_kombu  # type: ignore[attr-defined]
+            with self._publishing_all(producer, pending, deadline, path, within, send):
                 pass  # the pipeline is flushed when ``within`` ends
         except Exception as exc:  # noqa: BLE001 - fall back: each row succeeds or fails alone
             return self._fall_back(pending, exc, deadline, path)
+        deadline.progressed()
         return Sent(published=[m.id for m in pending])
 
     def _publish_confirmed(
@@ -177,7 +189,7 @@ class Producers:
         # acked, failed if nacked; after an error, the rows not acked are published again.
         try:
             with self._publishing_all(
-                producer, pending, deadline, path, within=confirms.unawaited()
+                producer, pending, deadline, path, confirms.unawaited(), self._sends.through_kombu
             ):
                 acks = confirms.wait(deadline)
         except Exception as exc:  # noqa: BLE001 - fall back: each row succeeds or fails alone
@@ -200,17 +212,19 @@ class Producers:
         deadline: Deadline,
         path: str,
         within: AbstractContextManager[Any],
+        send: Send,
     ) -> Iterator[None]:
         # Publishes a part sent at once, within ``within`` (the pipeline, or no waits for
-        # confirms), in spans (tracing.publishing_batch) that end when the block does.
+        # confirms), each message by ``send``, in spans (tracing.publishing_batch) that
+        # end when the block does.
         traced = [(publish_headers(m.options), m.available_at, m.task_name) for m in pending]
         with tracing.publishing_batch(traced, path=path, clock=self.clock) as spanned:
             with within:
                 for message, (headers, _, _), batched in zip(pending, traced, spanned, strict=True):
                     if batched:  # its headers carry the batch's span
-                        self._publish(producer, message, headers, deadline)
+                        send(producer, message, headers, deadline)
                     else:
-                        self.publish_one(producer, message, deadline, path=path)
+                        self.publish_one(producer, message, deadline, path=path, send=send)
             yield
 
     def _fall_back(
@@ -249,10 +263,17 @@ class Producers:
 
     # -- one message -------------------------------------------------------------------
     def publish_one(
-        self, producer: Producer, message: NewMessage, deadline: Deadline, *, path: str
+        self,
+        producer: Producer,
+        message: NewMessage,
+        deadline: Deadline,
+        *,
+        path: str,
+        send: Send | None = None,
     ) -> None:
-        """Publish ``message`` as it was built, its socket waits bounded by ``deadline``,
-        in the trace it was dispatched in (a ``celery_outbox.publish`` span of ``path``)."""
+        """Publish ``message`` as it was built (by ``send``, default: through kombu), its
+        socket waits bounded by ``deadline``, in the trace it was dispatched in (a
+        ``celery_outbox.publish`` span of ``path``)."""
         headers = publish_headers(message.options)
         with tracing.publishing(
             headers,
@@ -262,37 +283,7 @@ class Producers:
             due=message.available_at,
             clock=self.clock,
         ):
-            self._publish(producer, message, headers, deadline)
-
-    def _publish(
-        self, producer: Producer, message: NewMessage, headers: dict[str, Any], deadline: Deadline
-    ) -> None:
-        options = message.options
-        timeout = broker.bound(cast(Connection, self._local.connection), deadline)  # open
-        producer.publish(
-            publish_body(message.payload, options),
-            exchange=options.get("exchange", ""),
-            routing_key=options.get("routing_key", ""),
-            headers=headers,
-            content_type=options["content_type"],
-            content_encoding=options["content_encoding"],
-            delivery_mode=options.get("delivery_mode"),
-            declare=self._local.queues(producer, options.get("declare") or ()),
-            retry=False,
-            timeout=timeout,
-            confirm_timeout=timeout,
-            **self._properties(options, headers),
-        )
-        deadline.progressed()
-
-    def _properties(self, options: dict[str, Any] | Any, headers: dict[str, Any]) -> dict[str, Any]:
-        properties = dict(options.get("properties") or {})
-        expires = headers.get("expires")
-        if expires and "expiration" in properties:
-            # The TTL counts from the publish, so shorten it by the time spent waiting.
-            left = datetime.fromisoformat(expires) - self.clock()
-            properties["expiration"] = max(left.total_seconds(), 0.0)
-        return properties
+            (send or self._sends.through_kombu)(producer, message, headers, deadline)
 
 
 def describe(exc: BaseException) -> str:

@@ -39,6 +39,11 @@ _DELETE = (
     "WHERE m.id = lease.id AND m.locked_until = lease.until{async_commit}"
 )
 
+#: Rows of one claim, all under its lease (a sweep's batch): one array to bind, as text.
+_DELETE_CLAIMED = (
+    f"DELETE FROM {OUTBOX_TABLE} WHERE id = ANY(%s::bigint[]) AND locked_until = %s{{async_commit}}"
+)
+
 #: One row (a request's on-commit publish): no arrays to bind and plan, ~0.1 ms less.
 _DELETE_ONE = f"DELETE FROM {OUTBOX_TABLE} WHERE id = %s AND locked_until = %s{{async_commit}}"
 
@@ -61,8 +66,12 @@ def delete_published(pairs: Sequence[tuple[int, datetime]], *, alias: str) -> in
     """
     connection = connections[alias]
     async_commit = "" if connection.in_atomic_block else _ASYNC_COMMIT
+    leases = {lease for _, lease in pairs}
     if len(pairs) == 1:
         statement, params = _DELETE_ONE.format(async_commit=async_commit), list(pairs[0])
+    elif len(leases) == 1:
+        statement = _DELETE_CLAIMED.format(async_commit=async_commit)
+        params = [_id_array([i for i, _ in pairs]), leases.pop()]
     else:
         statement = _DELETE.format(async_commit=async_commit)
         params = [[i for i, _ in pairs], [lease for _, lease in pairs]]
@@ -74,11 +83,15 @@ def delete_published(pairs: Sequence[tuple[int, datetime]], *, alias: str) -> in
 def delete_leased(ids: Sequence[int], leases: Sequence[datetime], *, alias: str) -> int:
     """Delete the rows ``ids`` still holding one of ``leases``, outside a transaction (the
     thread's statement); how many."""
-    # The ids as one array literal: psycopg's list dumper took ~4% of a sweep's samples.
-    array = "{" + ",".join(map(str, ids)) + "}"
     with connections[alias].cursor() as cursor:
-        cursor.execute(_DELETE_LEASED, [array, list(leases)])
+        cursor.execute(_DELETE_LEASED, [_id_array(ids), list(leases)])
         return int(cursor.rowcount)
+
+
+def _id_array(ids: Sequence[int]) -> str:
+    # The ids as one array literal: psycopg's list dumper, in Python, took ~4% of a
+    # sweep's samples for 500 ids (~10% for 500 ids and their leases).
+    return "{" + ",".join(map(str, ids)) + "}"
 
 
 def rows_of(alias: str) -> PublishedRows:

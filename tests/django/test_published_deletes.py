@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -177,3 +178,48 @@ def test_a_task_id_dispatched_again_while_its_published_row_waits_is_a_new_call(
     assert published.settle()
     assert take_task_ids(broker_url, world.queue) == [task_id, task_id]
     assert not OutboxMessage.objects.exists()
+
+
+def leased_rows(*leases: Any) -> list[OutboxMessage]:
+    """A pending row per lease in ``leases``, leased until it."""
+    from celery_outbox.clock import utcnow
+
+    return [
+        OutboxMessage.objects.create(
+            task_id=f"lease-{n}",
+            task_name="shop.ship",
+            payload="[[], {}, {}]",
+            options={},
+            status="pending",
+            available_at=utcnow(),
+            locked_until=lease,
+        )
+        for n, lease in enumerate(leases)
+    ]
+
+
+def test_a_claims_delete_binds_one_lease_and_spares_a_row_leased_again(world: World) -> None:
+    # A sweep's batch shares its claim's lease: one lease bound, the ids as one array.
+    from celery_outbox.clock import utcnow
+
+    lease, again = utcnow() + timedelta(seconds=60), utcnow() + timedelta(seconds=90)
+    rows = leased_rows(lease, lease, lease, again)  # the last was claimed again since
+    with CaptureQueriesContext(connection) as queries:
+        deleted = published.delete_published([(r.id, lease) for r in rows], alias="default")
+    assert deleted == 3
+    assert list(OutboxMessage.objects.values_list("id", flat=True)) == [rows[3].id]
+    (statement,) = [q["sql"] for q in queries.captured_queries if "DELETE" in q["sql"]]
+    assert "unnest" not in statement
+    assert "locked_until = '" in statement
+
+
+def test_rows_of_several_leases_are_deleted_each_under_its_own(world: World) -> None:
+    from celery_outbox.clock import utcnow
+
+    first, second = utcnow() + timedelta(seconds=60), utcnow() + timedelta(seconds=90)
+    rows = leased_rows(first, second, second)
+    pairs = [(rows[0].id, first), (rows[1].id, second), (rows[2].id, first)]  # the last: stale
+    with CaptureQueriesContext(connection) as queries:
+        assert published.delete_published(pairs, alias="default") == 2
+    assert list(OutboxMessage.objects.values_list("id", flat=True)) == [rows[2].id]
+    assert any("unnest" in q["sql"] for q in queries.captured_queries)

@@ -161,9 +161,9 @@ def test_a_batch_whose_pipeline_fails_records_the_error_and_each_row_is_sent_aga
         raise ConnectionError("the pipeline (Redis) or the confirms (RabbitMQ) were lost")
 
     if broker_url.startswith("redis"):
-        from kombu.transport.redis import PublishBatch
+        from redis.client import Pipeline
 
-        monkeypatch.setattr(PublishBatch, "flush", failing)
+        monkeypatch.setattr(Pipeline, "execute", failing)
     else:
         monkeypatch.setattr(Confirms, "wait", failing)
 

@@ -74,7 +74,7 @@ def test_queues_are_bound_once_per_channel(app: Celery, queue_name: str) -> None
 def test_what_each_transport_does_at_once(app: Celery, redis_url: str, amqp_url: str) -> None:
     memory = BrokerLinks(app)
     memory.open(deadline())
-    assert (memory.pipelines, memory.confirms) == (False, None)
+    assert (memory.pipelines, memory.confirms, memory.push) == (False, None, None)
     memory.close(deadline())
 
     for url, pipelines, confirms in ((redis_url, True, False), (amqp_url, False, True)):
@@ -83,6 +83,7 @@ def test_what_each_transport_does_at_once(app: Celery, redis_url: str, amqp_url:
         producer = links.open(deadline())
         try:
             assert links.pipelines is pipelines, url
+            assert (links.push is not None) is pipelines, url  # Redis: parts pushed at once
             assert isinstance(links.confirms, Confirms) is confirms, url
             if confirms:
                 assert links.confirms is not None

@@ -175,18 +175,26 @@ def redis_ids(app: Celery, queue_name: str) -> list[str]:
         return ids
 
 
-def batches_made(sender: Producers, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many messages each pipelined batch of ``sender``'s channel was made for."""
-    made: list[int] = []
+def pipelines_made(sender: Producers, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The pipelines ``sender``'s channel sends: ``push`` (RedisPush) or ``kombu`` (its batch)."""
+    made: list[str] = []
     sender.connect()
     channel = sender._local.producer.channel
     create = channel.create_publish_batch
+    push = sender._local.push
+    assert push is not None
+    pushing = push.pushing
 
-    def recorded(max_size: int) -> object:
-        made.append(max_size)
+    def batch(max_size: int) -> object:
+        made.append("kombu")
         return create(max_size)
 
-    monkeypatch.setattr(channel, "create_publish_batch", recorded)
+    def pushed() -> Any:
+        made.append("push")
+        return pushing()
+
+    monkeypatch.setattr(channel, "create_publish_batch", batch)
+    monkeypatch.setattr(push, "pushing", pushed)
     return made
 
 
@@ -194,12 +202,18 @@ def test_one_row_on_redis_is_published_without_a_pipeline(
     redis_app: Celery, queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sender = producers(redis_app)
-    made = batches_made(sender, monkeypatch)
+    made = pipelines_made(sender, monkeypatch)
     try:
         assert sender.send([row(redis_app, 1)], path="commit").published == [1]
         assert made == []
         assert sender.send([row(redis_app, n) for n in (2, 3)], path="commit").published == [2, 3]
-        assert len(made) == 1  # several rows: one pipeline
+        assert made == ["push"]  # several rows for the default exchange: one pushed pipeline
+        elsewhere = [
+            replace(row(redis_app, n), options={**row(redis_app, n).options, "exchange": "ex"})
+            for n in (4, 5)
+        ]
+        assert sender.send(elsewhere, path="commit").published == [4, 5]
+        assert made == ["push", "kombu"]  # a named exchange (bound to no queue): kombu's batch
     finally:
         sender.close()
     assert redis_ids(redis_app, queue_name) == ["task-1", "task-2", "task-3"]
