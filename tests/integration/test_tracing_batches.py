@@ -160,10 +160,17 @@ def test_a_batch_whose_pipeline_fails_records_the_error_and_each_row_is_sent_aga
     def failing(*args: Any) -> None:
         raise ConnectionError("the pipeline (Redis) or the confirms (RabbitMQ) were lost")
 
-    if broker_url.startswith("redis"):
-        from redis.client import Pipeline
+    if broker_url.startswith("redis"):  # the part's pipeline fails as it is sent
+        from contextlib import contextmanager
 
-        monkeypatch.setattr(Pipeline, "execute", failing)
+        from celery_outbox.redis_push import RedisPush
+
+        @contextmanager
+        def lost(self: RedisPush) -> Iterator[None]:
+            yield
+            failing()
+
+        monkeypatch.setattr(RedisPush, "pushing", lost)
     else:
         monkeypatch.setattr(Confirms, "wait", failing)
 
