@@ -224,7 +224,9 @@ class Producers:
                     if batched:  # its headers carry the batch's span
                         send(producer, message, headers, deadline)
                     else:
-                        self.publish_one(producer, message, deadline, path=path, send=send)
+                        self.publish_one(
+                            producer, message, deadline, path=path, send=send, headers=headers
+                        )
             yield
 
     def _fall_back(
@@ -270,11 +272,14 @@ class Producers:
         *,
         path: str,
         send: Send | None = None,
+        headers: dict[str, Any] | None = None,
     ) -> None:
         """Publish ``message`` as it was built (by ``send``, default: through kombu), its
         socket waits bounded by ``deadline``, in the trace it was dispatched in (a
-        ``celery_outbox.publish`` span of ``path``)."""
-        headers = publish_headers(message.options)
+        ``celery_outbox.publish`` span of ``path``); ``headers``: its publish headers
+        when the caller has them already."""
+        if headers is None:
+            headers = publish_headers(message.options)
         with tracing.publishing(
             headers,
             path=path,

@@ -11,6 +11,8 @@ import pytest
 from celery import Celery
 
 from celery_outbox import OutboxTask
+from celery_outbox.envelope import decode_body
+from celery_outbox.producers import describe
 from celery_outbox.publishable import refusal, sort_out
 from celery_outbox.records import StoredMessage
 from tests.messages import stored
@@ -63,3 +65,33 @@ def test_sort_out_keeps_the_order_and_names_each_refused_row(app: Celery) -> Non
     assert publishable == good
     assert list(refused) == [unknown.id]
     assert "'unit.gone' is not registered" in refused[unknown.id]
+
+
+#: Payloads whose check takes the plain ``json.loads`` path, or must not (kombu's hook).
+PAYLOADS = {
+    "plain": '[[1], {"a": "b"}, {}]',
+    "not json": "not json at all",
+    "cut short": "[[1], {",
+    "trailing": "[[1], {}, {}] x",
+    "a datetime kombu decodes": (
+        '[[{"__type__": "datetime", "__value__": "2030-01-01T00:00:00"}], {}, {}]'
+    ),
+    "a type kombu does not know": '[[{"__type__": "nope", "__value__": 1}], {}, {}]',
+    "that type behind an escape": '[[{"\\u005f_type__": "nope", "__value__": 1}], {}, {}]',
+    "an escaped character": '[["caf\\u00e9"], {}, {}]',
+    "NaN": "[[NaN], {}, {}]",
+}
+
+
+@pytest.mark.parametrize("case", PAYLOADS)
+def test_the_quick_json_check_refuses_exactly_what_kombus_decoder_refuses(
+    app: Celery, case: str
+) -> None:
+    message = row(app, 1, payload=PAYLOADS[case])
+    try:
+        decode_body(message.payload, message.options, accept=None, max_bytes=None)
+    except Exception as exc:  # the reason kombu's path gives, whatever it is
+        expected: str | None = f"payload cannot be decoded: {describe(exc)}"
+    else:
+        expected = None
+    assert refusal(app, message, max_payload_bytes=None) == expected

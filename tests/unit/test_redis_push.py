@@ -124,6 +124,30 @@ def test_a_pushed_message_is_the_json_kombu_publishes_under_the_same_key(
     )
 
 
+def test_a_part_lands_on_the_lists_kombu_publishes_it_to_in_the_same_order(
+    app: Celery, client: redis.Redis, queue_name: str
+) -> None:
+    # One LPUSH per list for the whole part: the lists end as kombu's one LPUSH per message.
+    part = [message(app, priority=[0, 7, 3][n % 3]) for n in range(12)]
+    links = BrokerLinks(app)
+    producer = links.open(deadline())
+    sends, push = MessageSends(links, clock=lambda: NOW), RedisPush.of(producer)
+    assert push is not None
+    try:
+        for m in part:
+            sends.through_kombu(producer, m, publish_headers(m.options), deadline())
+        by_kombu = pushed_raw(client, queue_name)
+        with push.pushing():
+            for m in part:
+                sends.into(push)(producer, m, publish_headers(m.options), deadline())
+        by_push = pushed_raw(client, queue_name)
+    finally:
+        links.close(deadline())
+    assert len(by_push) == 3  # a list per priority step
+    assert sorted(by_push) == sorted(by_kombu)
+    assert without_tags(by_push) == without_tags(by_kombu)
+
+
 def test_delivery_tags_are_unique_version_4_uuids_per_push(app: Celery, queue_name: str) -> None:
     tags = set()
     for _ in range(2):  # two channels: two random prefixes
