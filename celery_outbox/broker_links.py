@@ -33,8 +33,9 @@ class BrokerLinks(threading.local):
     pipelines
         Whether the producer can pipeline publishes (kombu >= 5.7 on Redis).
     push
-        The producer's :class:`~celery_outbox.redis_push.RedisPush` on kombu's Redis
-        transport (a part in one pipeline, without kombu's work per message), else None.
+        The producer's :class:`~celery_outbox.redis_push.RedisPush` where the producer
+        pipelines on kombu's Redis transport (a part in one pipeline, without kombu's
+        work per message), else None.
     confirms
         The publisher confirms of its channel (RabbitMQ), else None.
     """
@@ -73,7 +74,7 @@ class BrokerLinks(threading.local):
                 and bool(getattr(channel, "supports_batch_publish", True))
             )
             self.confirms = broker.confirms(channel)
-            self.push = RedisPush.of(self.producer)
+            self.push = RedisPush.of(self.producer) if self.pipelines else None
         return self.producer
 
     def queues(self, producer: Producer, names: Iterable[str]) -> list[Any]:
