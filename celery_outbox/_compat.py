@@ -60,7 +60,7 @@ def active_apps() -> list[Celery]:
 
 def registered_tasks(app: Celery) -> dict[str, Task[Any, Any]]:
     """The tasks registered with ``app`` so far, without finalising it."""
-    return cast(dict[str, Task[Any, Any]], app._tasks)  # type: ignore[attr-defined]
+    return cast("dict[str, Task[Any, Any]]", app._tasks)  # type: ignore[attr-defined]
 
 
 class _CapturingProducer:

@@ -50,7 +50,7 @@ _handing_on: ContextVar[bool] = ContextVar("celery_outbox_handing_on", default=F
 _ending: ContextVar[bool] = ContextVar("celery_outbox_step_ending", default=False)
 
 #: Whether a task is a step that reports its completion (an ``OutboxTask``).
-IsStepTask = Callable[[Task[Any, Any] | None], bool]
+IsStepTask = Callable[["Task[Any, Any] | None"], bool]
 
 
 def install(is_step_task: IsStepTask) -> None:

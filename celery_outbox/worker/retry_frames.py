@@ -35,7 +35,7 @@ from celery import Task
 from celery.signals import task_postrun
 
 #: Whether a task is an ``OutboxTask``.
-IsOutboxTask = Callable[[Task[Any, Any] | None], bool]
+IsOutboxTask = Callable[["Task[Any, Any] | None"], bool]
 
 
 def install(is_outbox_task: IsOutboxTask) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
-from kombu import Connection, Queue
+from kombu import Connection, Producer, Queue
 
 from celery_outbox import OutboxTask
 from celery_outbox.broker import Deadline
@@ -30,6 +30,12 @@ from celery_outbox.state import reset
 from tests.messages import NOW, PARK_AFTER
 
 TASK = "unit.redis_push.noop"
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(Producer, "batch"),
+    reason="RedisPush serves the producers that pipeline (kombu >= 5.7); older kombu "
+    "publishes message by message through kombu",
+)
 
 
 @pytest.fixture
