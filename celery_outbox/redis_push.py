@@ -9,7 +9,8 @@ plain queue), :class:`RedisPush` builds the very JSON kombu's Redis channel push
 kombu's own ``prepare_message``, priority and key rules, and pushes the part with one
 pipeline of the channel's client. A delivery tag only has to be unique: each channel
 draws a random ``uuid4`` once and counts in its last twelve hex digits (still a version 4
-UUID's layout; 74 random bits tell one channel's tags from another's).
+UUID's layout; 74 random bits tell one channel's tags from another's, and a forked
+process draws its own).
 
 This leans on kombu's Redis channel (its message layout, ``_q_for_pri``,
 ``_get_message_priority``, ``_expires``, ``priority_steps``, ``conn_or_acquire``) and on
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import os
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -57,8 +59,7 @@ class RedisPush:
     def __init__(self, producer: Producer) -> None:
         self.producer: Any = producer
         self.channel: Any = producer.channel
-        self._tag_prefix = str(uuid.uuid4())[:24]
-        self._tags = itertools.count()
+        self._tag_pid, self._tag_prefix, self._tags = 0, "", itertools.count()
         self._lists: dict[str, list[str]] = {}
         self._expiring: dict[str, Any] = {}
 
@@ -142,4 +143,9 @@ class RedisPush:
             self._lists, self._expiring = {}, {}
 
     def _tag(self) -> str:
+        # A forked child inherits this object: it draws a prefix of its own, or two
+        # processes would hand out the same tags (kombu's unacked messages are kept by tag).
+        if self._tag_pid != os.getpid():
+            self._tag_pid, self._tag_prefix = os.getpid(), str(uuid.uuid4())[:24]
+            self._tags = itertools.count()
         return f"{self._tag_prefix}{next(self._tags) % 16**12:012x}"

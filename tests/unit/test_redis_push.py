@@ -9,6 +9,7 @@ its queue expiries, the first test says which message differs, and how.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -164,6 +165,26 @@ def test_delivery_tags_are_unique_version_4_uuids_per_push(app: Celery, queue_na
         links.close(deadline())
     assert len(tags) == 2000
     assert {uuid.UUID(tag).version for tag in tags} == {4}
+
+
+def test_a_forked_process_draws_delivery_tags_of_its_own(app: Celery) -> None:
+    links = BrokerLinks(app)
+    push = RedisPush.of(links.open(deadline()))
+    assert push is not None
+    parent = {push._tag() for _ in range(3)}
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the same object, counting on from where the parent was
+        os.write(write, json.dumps([push._tag() for _ in range(3)]).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = set(json.loads(pipe.read()))
+    os.waitpid(pid, 0)
+    links.close(deadline())
+    assert len(child) == 3
+    assert not child & (parent | {push._tag() for _ in range(3)})
+    assert {tag[:24] for tag in child}.isdisjoint(tag[:24] for tag in parent)
 
 
 def test_a_pushed_part_is_consumed_and_acknowledged_by_kombu(
