@@ -129,6 +129,11 @@ class RedisPush:
         self._lists, self._expiring = {}, {}
         try:
             yield
+            if len(self._lists) == 1 and not self._expiring:  # one command: no pipeline
+                with self.channel.conn_or_acquire() as client:
+                    for key, messages in self._lists.items():
+                        client.lpush(key, *messages)
+                return
             with (
                 self.channel.conn_or_acquire() as client,
                 client.pipeline(transaction=False) as pipeline,

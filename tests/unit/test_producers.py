@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import redis
 from celery import Celery
 from kombu import Connection, Producer, Queue
 
@@ -176,7 +177,8 @@ def redis_ids(app: Celery, queue_name: str) -> list[str]:
 
 
 def pipelines_made(sender: Producers, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The pipelines ``sender``'s channel sends: ``push`` (RedisPush) or ``kombu`` (its batch)."""
+    """What ``sender``'s channel sends through: ``push`` (RedisPush), ``kombu`` (its batch),
+    and ``pipeline`` for each Redis pipeline opened."""
     made: list[str] = []
     sender.connect()
     channel = sender._local.producer.channel
@@ -184,6 +186,7 @@ def pipelines_made(sender: Producers, monkeypatch: pytest.MonkeyPatch) -> list[s
     push = sender._local.push
     assert push is not None
     pushing = push.pushing
+    pipeline = redis.Redis.pipeline
 
     def batch(max_size: int) -> object:
         made.append("kombu")
@@ -193,8 +196,13 @@ def pipelines_made(sender: Producers, monkeypatch: pytest.MonkeyPatch) -> list[s
         made.append("push")
         return pushing()
 
+    def piped(client: redis.Redis, *args: Any, **kwargs: Any) -> Any:
+        made.append("pipeline")
+        return pipeline(client, *args, **kwargs)
+
     monkeypatch.setattr(channel, "create_publish_batch", batch)
     monkeypatch.setattr(push, "pushing", pushed)
+    monkeypatch.setattr(redis.Redis, "pipeline", piped)
     return made
 
 
@@ -206,25 +214,33 @@ pipelining = pytest.mark.skipif(
 
 
 @pipelining
-def test_one_row_on_redis_is_published_without_a_pipeline(
+def test_one_row_on_redis_is_pushed_without_a_pipeline(
     redis_app: Celery, queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sender = producers(redis_app)
     made = pipelines_made(sender, monkeypatch)
     try:
         assert sender.send([row(redis_app, 1)], path="commit").published == [1]
-        assert made == []
+        assert made[-1] == "push"  # and kombu's declare of the queue (once per channel)
+        made.clear()
+        assert sender.send([row(redis_app, 6)], path="commit").published == [6]
+        assert made == ["push"]  # one LPUSH: no pipeline to set up
+        made.clear()
         assert sender.send([row(redis_app, n) for n in (2, 3)], path="commit").published == [2, 3]
-        assert made == ["push"]  # several rows for the default exchange: one pushed pipeline
+        assert made == ["push"]  # several rows of one list: one LPUSH of them all
         elsewhere = [
             replace(row(redis_app, n), options={**row(redis_app, n).options, "exchange": "ex"})
             for n in (4, 5)
         ]
         assert sender.send(elsewhere, path="commit").published == [4, 5]
-        assert made == ["push", "kombu"]  # a named exchange (bound to no queue): kombu's batch
+        # a named exchange (bound to no queue): kombu's batch
+        assert made[1:] == ["kombu", "pipeline"]
+        one_elsewhere = [elsewhere[0]]
+        assert sender.send(one_elsewhere, path="commit").published == [4]
+        assert made[3:] == []  # one message through kombu's publish: neither
     finally:
         sender.close()
-    assert redis_ids(redis_app, queue_name) == ["task-1", "task-2", "task-3"]
+    assert redis_ids(redis_app, queue_name) == ["task-1", "task-6", "task-2", "task-3"]
 
 
 @pipelining
@@ -236,11 +252,11 @@ def test_one_row_whose_publish_failed_is_tried_once_more_on_a_fresh_connection(
     first = sender._local.connection
     publish_one, calls = sender.publish_one, []
 
-    def flaky(producer: object, message: NewMessage, deadline: object, *, path: str) -> None:
+    def flaky(producer: object, message: NewMessage, deadline: object, **kwargs: Any) -> None:
         calls.append(message.task_id)
         if len(calls) == 1:
             raise ConnectionResetError("the broker closed an idle connection")
-        publish_one(producer, message, deadline, path=path)  # type: ignore[arg-type]
+        publish_one(producer, message, deadline, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sender, "publish_one", flaky)
     try:
