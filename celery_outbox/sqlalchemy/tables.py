@@ -37,6 +37,7 @@ from celery_outbox.root_indexes import (
     PENDING_ROOT_WHERE,
 )
 from celery_outbox.sqlalchemy.types import BigIdType, JSONType, UTCDateTime
+from celery_outbox.table_storage import SET_FILLFACTOR
 from celery_outbox.wakeups import CREATE_TRIGGER
 
 #: Dialects with partial indexes; on MySQL and MariaDB the same key is over a generated
@@ -119,6 +120,9 @@ def _outbox_table(metadata: MetaData) -> Table:
     add_key = DDL(mysql_add_pending_key("%(fullname)s"))  # type: ignore[no-untyped-call]
     add_key = add_key.execute_if(dialect=GENERATED_KEY_DIALECTS)  # type: ignore[arg-type]
     event.listen(table, "after_create", add_key)
+    # Room on each page for the leases' updates (celery_outbox.table_storage).
+    fillfactor = DDL(SET_FILLFACTOR).execute_if(dialect="postgresql")  # type: ignore[no-untyped-call]
+    event.listen(table, "after_create", fillfactor)
     for statement in CREATE_TRIGGER:  # the relay's NOTIFY (celery_outbox.wakeups)
         ddl = DDL(statement).execute_if(dialect="postgresql")  # type: ignore[no-untyped-call]
         event.listen(table, "after_create", ddl)

@@ -21,6 +21,8 @@ NO_UNIT_MODULE: dict[str, str] = {
     "exceptions.py": "the exception classes",
     "signals.py": "the signal objects",
     "clock.py": "utcnow(), one line",
+    "table_storage.py": "DDL strings: tests/django/test_table_storage.py and "
+    "tests/contract/test_sqlalchemy_table_storage.py see them applied",
     # The in-memory store, one of the stores the contract suite (tests/contract) runs.
     "testing.py": "InMemoryOutboxStore: held to the store contract by tests/contract",
     "memory_letters.py": "its dead letters: tests/contract/test_dead_letters.py",
