@@ -3,8 +3,9 @@
 (:class:`~celery_outbox.redis_push.RedisPush`).
 
 Each send bounds its socket waits by the pass's :class:`~celery_outbox.broker.Deadline`
-and publishes the stored body, headers and properties unchanged, except a message TTL,
-shortened by the time the row waited.
+(a pushed part checks it once, as it goes out at once) and publishes the stored body,
+headers and properties unchanged, except a message TTL, shortened by the time the row
+waited.
 """
 
 from __future__ import annotations
@@ -63,8 +64,13 @@ class MessageSends:
         )
         deadline.progressed()
 
-    def into(self, push: RedisPush) -> Send:
-        """A send that adds each message to ``push``'s part (pushed when its block ends)."""
+    def into(self, push: RedisPush, deadline: Deadline) -> Send:
+        """A send that adds each message to ``push``'s part (pushed when its block ends).
+
+        The part goes out at once, within the socket bounds its connection was opened
+        with: ``deadline`` is checked here, once, not per message.
+        """
+        broker.bound(cast(Connection, self.links.connection), deadline)
         return functools.partial(self._push, push)
 
     def properties(self, options: dict[str, Any] | Any, headers: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +92,6 @@ class MessageSends:
         deadline: Deadline,
     ) -> None:
         options = message.options
-        broker.bound(cast(Connection, self.links.connection), deadline)
         push.add(
             publish_body(message.payload, options),
             options,

@@ -150,7 +150,7 @@ class Producers:
             if push is not None and push.takes(message.options):
                 self._local.declare(producer, message.options.get("declare") or ())
                 with push.pushing():
-                    send = self._sends.into(push)
+                    send = self._sends.into(push, deadline)
                     self.publish_one(producer, message, deadline, path=path, send=send)
                 deadline.progressed()
             else:
@@ -174,7 +174,7 @@ class Producers:
                 self._local.declare(
                     producer, {n for m in pending for n in m.options.get("declare") or ()}
                 )
-                within, send = push.pushing(), self._sends.into(push)
+                within, send = push.pushing(), self._sends.into(push, deadline)
             else:
                 size = _COMMANDS_PER_MESSAGE * len(pending)
                 within, send = producer.batch(max_size=size), self._sends.through_kombu  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ from celery import Celery
 from kombu import Connection, Producer, Queue
 
 from celery_outbox import OutboxTask
-from celery_outbox.broker import Deadline
+from celery_outbox.broker import Deadline, PublishDeadlineError
 from celery_outbox.broker_links import BrokerLinks
 from celery_outbox.envelope import build_message, publish_headers
 from celery_outbox.message_sends import MessageSends
@@ -121,7 +121,9 @@ def test_a_pushed_message_is_the_json_kombu_publishes_under_the_same_key(
         sends.through_kombu(producer, built, publish_headers(built.options), deadline())
         by_kombu = pushed_raw(client, queue_name)
         with push.pushing():
-            sends.into(push)(producer, built, publish_headers(built.options), deadline())
+            sends.into(push, deadline())(
+                producer, built, publish_headers(built.options), deadline()
+            )
         by_push = pushed_raw(client, queue_name)
     finally:
         links.close(deadline())
@@ -146,7 +148,7 @@ def test_a_part_lands_on_the_lists_kombu_publishes_it_to_in_the_same_order(
         by_kombu = pushed_raw(client, queue_name)
         with push.pushing():
             for m in part:
-                sends.into(push)(producer, m, publish_headers(m.options), deadline())
+                sends.into(push, deadline())(producer, m, publish_headers(m.options), deadline())
         by_push = pushed_raw(client, queue_name)
     finally:
         links.close(deadline())
@@ -197,7 +199,7 @@ def test_a_pushed_part_is_consumed_and_acknowledged_by_kombu(
     built = [message(app) for _ in range(3)]
     with push.pushing():
         for m in built:
-            sends.into(push)(producer, m, publish_headers(m.options), deadline())
+            sends.into(push, deadline())(producer, m, publish_headers(m.options), deadline())
         assert client.llen(queue_name) == 0  # nothing before the block ends
     links.close(deadline())
     with Connection(redis_url) as conn:
@@ -222,7 +224,7 @@ def test_a_part_raising_in_its_block_pushes_nothing(
     push = RedisPush.of(producer)
     assert push is not None
     built = message(app)
-    send = MessageSends(links, lambda: NOW).into(push)
+    send = MessageSends(links, lambda: NOW).into(push, deadline())
 
     def failing_part() -> None:
         with push.pushing():
@@ -248,7 +250,7 @@ def test_a_queue_with_an_expiry_gets_kombus_expiry_on_each_priority_list(
     built = message(app)
     links.declare(producer, [queue_name])  # kombu learns the expiry when it declares
     with push.pushing():
-        MessageSends(links, lambda: NOW).into(push)(
+        MessageSends(links, lambda: NOW).into(push, deadline())(
             producer, built, publish_headers(built.options), deadline()
         )
     links.close(deadline())
@@ -269,3 +271,18 @@ def test_only_kombus_redis_transport_gets_a_push(amqp_url: str) -> None:
     for url in ("memory://", amqp_url):
         with Connection(url) as conn:
             assert RedisPush.of(conn.Producer()) is None, url
+
+
+def test_a_part_past_its_deadline_is_refused_before_any_message_is_added(
+    app: Celery, client: redis.Redis, queue_name: str
+) -> None:
+    links = BrokerLinks(app)
+    producer = links.open(deadline())
+    push = RedisPush.of(producer)
+    assert push is not None
+    try:
+        with pytest.raises(PublishDeadlineError), push.pushing():
+            MessageSends(links, lambda: NOW).into(push, Deadline.after(timedelta(0)))
+    finally:
+        links.close(deadline())
+    assert client.llen(queue_name) == 0
