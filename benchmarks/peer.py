@@ -103,10 +103,13 @@ def run(*, rows: int, rounds: int) -> list[dict[str, Any]]:
         for size in BATCH_SIZES:
             theirs[size].append(peer_round(python, rows, size))
     env.reset_outbox()
+    analysed = sweep.table_analysed()
+    state = ", our table analysed before" if analysed else ""
     return [
         {
             "benchmark": "peer",
-            "case": f"{rows} rows, its batch {size}",
+            "case": f"{rows} rows, its batch {size}{state}",
+            "table_analysed": analysed,
             "unit": "rows/s",
             "tasks": rows,
             "rounds": rounds,

@@ -133,7 +133,8 @@ class Producers:
         if self.batch_publish and confirms is not None and len(pending) > 1:
             return self._publish_confirmed(producer, confirms, pending, deadline, path)
         if self.batch_publish and self._local.pipelines:
-            if len(pending) == 1:
+            push = self._local.push
+            if len(pending) == 1 and (push is None or not push.takes(pending[0].options)):
                 return self._publish_single(producer, pending[0], deadline, path)
             return self._publish_batch(producer, pending, deadline, path)
         return self._publish_each(pending, deadline, path)
@@ -141,20 +142,12 @@ class Producers:
     def _publish_single(
         self, producer: Producer, message: StoredMessage, deadline: Deadline, path: str
     ) -> Sent:
-        # One message (the on-commit publish of a one-task transaction) needs no kombu
-        # batch, which costs more to set up than the publish: pushed (one LPUSH) where
-        # the push takes it, else through kombu, and after a failure tried once more on
-        # a fresh connection, as a failed batch is.
-        push = self._local.push
+        # One message kombu publishes (the on-commit publish of a one-task transaction,
+        # where no push takes it) needs no kombu batch, which costs more to set up than
+        # the publish: published directly, and after a failure tried once more on a
+        # fresh connection, as a failed batch is. A pushed one is a part of one.
         try:
-            if push is not None and push.takes(message.options):
-                self._local.declare(producer, message.options.get("declare") or ())
-                with push.pushing():
-                    send = self._sends.into(push, deadline)
-                    self.publish_one(producer, message, deadline, path=path, send=send)
-                deadline.progressed()
-            else:
-                self.publish_one(producer, message, deadline, path=path)
+            self.publish_one(producer, message, deadline, path=path)
         except Exception as exc:  # noqa: BLE001 - as a batch: once more, then the row waits
             return self._fall_back([message], exc, deadline, path)
         return Sent(published=[message.id])
