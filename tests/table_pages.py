@@ -4,21 +4,20 @@ stores (``celery_outbox.table_storage``): a claim's lease stays on its row's pag
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from celery_outbox.records import OUTBOX_TABLE
+from celery_outbox.storage import OutboxStore
+from tests.outbox_seed import pending_rows
 
 #: Rows seeded: pages' worth of small rows (a full page would leave no room for a lease).
 ROWS = 300
 #: Rows one claim leases.
 CLAIMED = 100
 
-#: ``ROWS`` pending rows due an hour ago, created as long ago (past any grace).
-SEED = f"""INSERT INTO {OUTBOX_TABLE} (task_id, task_name, payload, options, status,
-    available_at, attempts, last_error, locked_until, created_at)
-SELECT 'paged-' || g, 'tests.noop', '[[], {{}}]', '{{}}', 'pending',
-    now() - interval '1 hour', 0, '', NULL, now() - interval '1 hour'
-FROM generate_series(1, {ROWS}) AS g"""
+#: ``ROWS`` pending rows, claimable at once.
+SEED = pending_rows(ROWS, "paged-")
 
 #: The table's storage parameters (``None`` when all are the defaults).
 RELOPTIONS = f"SELECT reloptions FROM pg_class WHERE oid = '{OUTBOX_TABLE}'::regclass"
@@ -44,3 +43,17 @@ def moved(before: dict[int, int], after: dict[int, int], ids: Sequence[int]) -> 
 #: page left holds nearly as many new versions as the page has rows (less the new line
 #: pointers): a few move. On a table filled to the default 100, every lease moves.
 MOVED_AT_MOST = CLAIMED // 10
+
+
+def claim_moves(store: OutboxStore, query: Query) -> list[int]:
+    """Seed :data:`SEED`, let ``store`` claim :data:`CLAIMED` rows; the ids of those of
+    them whose lease put them on another page."""
+    query(SEED)
+    before = pages(query)
+    now = store.now()
+    claim = store.claim_due(
+        now=now, created_before=now, limit=CLAIMED, lease_until=now + timedelta(seconds=60)
+    )
+    ids = [m.id for m in claim.messages]
+    assert len(ids) == CLAIMED
+    return moved(before, pages(query), ids)

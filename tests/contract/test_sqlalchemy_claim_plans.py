@@ -20,17 +20,14 @@ from sqlalchemy.engine import Engine
 
 from celery_outbox.records import OUTBOX_TABLE
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
+from tests.outbox_seed import pending_rows
 
 pytestmark = pytest.mark.postgres
 
 BACKLOG = 20_000
 BATCH = 500
 
-SEED = f"""INSERT INTO {OUTBOX_TABLE} (task_id, task_name, payload, options, status,
-    available_at, attempts, last_error, locked_until, created_at)
-SELECT 'backlog-' || g, 'tests.noop', '[[], {{}}]', '{{}}', 'pending',
-    now() - interval '1 hour', 0, '', NULL, now() - interval '1 hour'
-FROM generate_series(1, {BACKLOG}) AS g"""
+SEED = pending_rows(BACKLOG, "backlog-")
 
 
 def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:

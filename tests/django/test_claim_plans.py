@@ -22,6 +22,7 @@ from django.test.utils import CaptureQueriesContext
 
 from celery_outbox.records import OUTBOX_TABLE
 from tests.django.helpers import later
+from tests.outbox_seed import pending_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,11 +30,7 @@ BACKLOG = 20_000
 BATCH = 500
 
 SEED = [
-    f"""INSERT INTO {OUTBOX_TABLE} (task_id, task_name, payload, options, status,
-        available_at, attempts, last_error, locked_until, created_at)
-    SELECT 'backlog-' || g, 'tests.noop', '[[], {{}}]', '{{}}', 'pending',
-        now() - interval '1 hour', 0, '', NULL, now() - interval '1 hour'
-    FROM generate_series(1, {BACKLOG}) AS g""",
+    pending_rows(BACKLOG, "backlog-"),
     f"ANALYZE {OUTBOX_TABLE}",  # as autovacuum leaves a table this size
 ]
 

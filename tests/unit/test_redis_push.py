@@ -78,6 +78,15 @@ def deadline() -> Deadline:
     return Deadline.after(timedelta(seconds=5))
 
 
+def opened(app: Celery) -> tuple[BrokerLinks, Producer, RedisPush]:
+    """``app``'s broker links, their open producer and its push."""
+    links = BrokerLinks(app)
+    producer = links.open(deadline())
+    push = RedisPush.of(producer)
+    assert push is not None
+    return links, producer, push
+
+
 def pushed_raw(client: redis.Redis, queue: str) -> dict[bytes, list[bytes]]:
     """Every list of ``queue`` (its priority lists too), emptied: key -> raw messages."""
     found = {key: client.lrange(key, 0, -1) for key in client.keys(f"{queue}*")}
@@ -219,10 +228,7 @@ def test_a_pushed_part_is_consumed_and_acknowledged_by_kombu(
 def test_a_part_raising_in_its_block_pushes_nothing(
     app: Celery, client: redis.Redis, queue_name: str
 ) -> None:
-    links = BrokerLinks(app)
-    producer = links.open(deadline())
-    push = RedisPush.of(producer)
-    assert push is not None
+    links, producer, push = opened(app)
     built = message(app)
     send = MessageSends(links, lambda: NOW).into(push, deadline())
 
@@ -243,10 +249,7 @@ def test_a_queue_with_an_expiry_gets_kombus_expiry_on_each_priority_list(
     app: Celery, client: redis.Redis, queue_name: str
 ) -> None:
     app.conf.task_queues = [Queue(queue_name, expires=60)]
-    links = BrokerLinks(app)
-    producer = links.open(deadline())
-    push = RedisPush.of(producer)
-    assert push is not None
+    links, producer, push = opened(app)
     built = message(app)
     links.declare(producer, [queue_name])  # kombu learns the expiry when it declares
     with push.pushing():
@@ -276,10 +279,7 @@ def test_only_kombus_redis_transport_gets_a_push(amqp_url: str) -> None:
 def test_a_part_past_its_deadline_is_refused_before_any_message_is_added(
     app: Celery, client: redis.Redis, queue_name: str
 ) -> None:
-    links = BrokerLinks(app)
-    producer = links.open(deadline())
-    push = RedisPush.of(producer)
-    assert push is not None
+    links, _, push = opened(app)
     try:
         with pytest.raises(PublishDeadlineError), push.pushing():
             MessageSends(links, lambda: NOW).into(push, Deadline.after(timedelta(0)))
