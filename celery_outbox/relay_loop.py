@@ -49,6 +49,8 @@ class RelayLoop:
     def __init__(self, sweeper: Sweeps, *, listen: bool = True) -> None:
         self.sweeper, self.listen = sweeper, listen
         self._purged: datetime | None = None
+        #: Each database's clock when its last sweep began (see :meth:`_until_due`).
+        self._swept_at: dict[str | None, datetime] = {}
 
     def run(
         self,
@@ -87,6 +89,7 @@ class RelayLoop:
             now, purge = None, False  # the default database's clock: maintenance waits
         for alias in aliases:
             try:
+                self._swept_at[alias] = sweeper.now(alias)
                 report = sweeper.sweep(alias, path="relay")
                 if purge:
                     sweeper.purge_expired(alias)
@@ -112,12 +115,15 @@ class RelayLoop:
         return last is None or self.sweeper.now() - last >= self.sweeper.config.sweep_interval
 
     def _until_due(self, pause: float, aliases: Sequence[str | None]) -> float:
-        """``pause``, or less when a parked row comes due sooner."""
+        """``pause``, or less when a parked row comes due sooner: none at all when one
+        came due since the database's last sweep began (that sweep found it not yet due,
+        and it is not due after now either)."""
         store = self.sweeper.store
         for alias in aliases:
             try:
                 now = self.sweeper.now(alias)  # next_due is on the database's clock
-                due = store.next_due(after=now, using=alias)
+                after = min(self._swept_at.get(alias, now), now)
+                due = store.next_due(after=after, using=alias)
             except StoreError:  # the next pass reports it
                 return pause
             if due is not None:

@@ -126,3 +126,15 @@ def test_store_errors_double_the_pause_up_to_the_bound(
     assert loop._pass(0.2, 3, [None]) == (1.6, 4)
     assert loop._pass(0.2, 19, [None]) == (MAX_ERROR_BACKOFF.total_seconds(), 20)
     assert caplog.text.count("could not sweep database") == 3
+
+
+def test_a_row_coming_due_during_a_pass_ends_the_pause_at_once(app: Celery, clock: Clock) -> None:
+    # The pass claims on its clock reading; the wait is computed on a later one. A row due
+    # in between was neither claimed (not yet due) nor is it "due after now": the loop
+    # must not sleep the whole poll over it.
+    store = CountingStore(clock)
+    loop = loop_of(app, store, clock)
+    park(app, store, START + timedelta(milliseconds=50))
+    assert loop._pass(0.2, 0, [None]) == (0.2, 0)
+    clock.now = START + timedelta(milliseconds=60)
+    assert loop._until_due(0.2, [None]) == 0.0
