@@ -37,11 +37,13 @@ class MessageStatus(str, enum.Enum):
 
 
 class DeadLetterStatus(str, enum.Enum):
-    """Life of a dead letter: ``dead`` when written, then ``requeued`` or ``discarded``."""
+    """Life of a dead letter: ``dead`` when written, then ``requeued`` or ``discarded``, or
+    ``completed`` when its task finished after all through a duplicate delivery."""
 
     DEAD = "dead"
     REQUEUED = "requeued"
     DISCARDED = "discarded"
+    COMPLETED = "completed"
 
 
 def check_aware(name: str, value: datetime) -> datetime:

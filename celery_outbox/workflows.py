@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-WorkflowStatus = Literal["running", "succeeded", "failed"]
+WorkflowStatus = Literal["running", "succeeded", "failed", "cancelled"]
 #: Every workflow status, in the order surfaces list them.
-WORKFLOW_STATUSES: tuple[WorkflowStatus, ...] = ("running", "succeeded", "failed")
+WORKFLOW_STATUSES: tuple[WorkflowStatus, ...] = ("running", "succeeded", "failed", "cancelled")
 
 
 @dataclass(frozen=True, kw_only=True)

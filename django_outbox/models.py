@@ -47,6 +47,7 @@ DEAD_LETTER_STATUS_CHOICES = [
     (DeadLetterStatus.DEAD.value, _("dead")),
     (DeadLetterStatus.REQUEUED.value, _("requeued")),
     (DeadLetterStatus.DISCARDED.value, _("discarded")),
+    (DeadLetterStatus.COMPLETED.value, _("completed")),
 ]
 
 

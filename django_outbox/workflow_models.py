@@ -22,6 +22,7 @@ WORKFLOW_STATUS_CHOICES = [
     ("running", _("running")),
     ("succeeded", _("succeeded")),
     ("failed", _("failed")),
+    ("cancelled", _("cancelled")),
 ]
 
 
@@ -32,7 +33,7 @@ class Workflow(models.Model):
     ``root_id`` is the id Celery gives the canvas's tasks as ``root_id`` (a group or chord
     dispatched at the top: its group id). A step that
     becomes a dead letter marks it ``failed``; requeueing that letter makes it ``running``
-    again (``failed_task_id`` keeps the last failure).
+    again (``failed_task_id`` keeps the last failure); cancelling a step makes it ``cancelled``.
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -50,7 +51,11 @@ class Workflow(models.Model):
     class Meta:
         db_table = WORKFLOW_TABLE
         # The workflows gauge counts each status at every scrape (celery_outbox.metrics).
-        indexes = [models.Index(fields=["status"], name="outbox_workflow_status_idx")]
+        # The admin's workflow list is ordered by creation, newest first.
+        indexes = [
+            models.Index(fields=["status"], name="outbox_workflow_status_idx"),
+            models.Index(fields=["created_at", "id"], name="outbox_workflow_created_idx"),
+        ]
         verbose_name = _("workflow")
         verbose_name_plural = _("workflows")
 

@@ -202,6 +202,8 @@ def _workflow_table(metadata: MetaData) -> Table:
         Column("failed_task_id", String(TASK_ID_MAX_LENGTH), nullable=True),
         # The workflows gauge counts each status at every scrape (celery_outbox.metrics).
         Index("outbox_workflow_status_idx", "status"),
+        # The admin's workflow list is ordered by creation, newest first.
+        Index("outbox_workflow_created_idx", "created_at", "id"),
     )
 
 
