@@ -40,6 +40,7 @@ from celery.utils.functional import regen
 from kombu import Connection
 from kombu.utils.uuid import uuid
 
+from celery_outbox.canvas_shape import tail_not_carried
 from celery_outbox.state import state_of
 
 #: The attribute whose presence stops Celery wrapping ``run`` for ``autoretry_for``.
@@ -264,11 +265,16 @@ def _chord_run(
         root_id = header.options.get("task_id") or uuid()
         header.options["task_id"] = root_id
         body.options["root_id"] = root_id
+    open_join = _hooks.chord_join(app, header, body)
+    if open_join is None:
+        # Celery's own chord: refused before its workflow is counted (counted outside a
+        # transaction, it would stay `running` with nothing to run).
+        app.backend.ensure_chords_allowed()
     opened: AbstractContextManager[None] = nullcontext()
     if top and root_id:
         whole = chord(header, body=body, app=app)
-        opened = _hooks.opening(app, str(root_id), [whole, *(kw.get("chain") or ())])
-    open_join = _hooks.chord_join(app, header, body)
+        tail = tail_not_carried(body, list(kw.get("chain") or ()))
+        opened = _hooks.opening(app, str(root_id), [whole, *tail])
     with opened:
         if open_join is None:
             return _ORIGINAL_CHORD_RUN(self, header, body, partial_args, app=app, **kw)

@@ -17,7 +17,12 @@ from celery_outbox.canvas_shape import workflow_root
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
 from celery_outbox.escaping import is_incomplete, original_arguments
-from celery_outbox.exceptions import ArgumentsMismatch, DeadLetterDiscarded, OutboxError
+from celery_outbox.exceptions import (
+    ArgumentsMismatch,
+    DeadLetterCompleted,
+    DeadLetterDiscarded,
+    OutboxError,
+)
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter, StoredMessage
 from celery_outbox.registry import relay_for, store_for
 from celery_outbox.signals import dead_letter_requeued
@@ -97,6 +102,8 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
         No dead letter has that id.
     DeadLetterDiscarded
         The letter is discarded, or was discarded while this requeue ran.
+    DeadLetterCompleted
+        The letter's task completed after all (status ``completed``).
     OutboxError
         The letter's task is not registered with ``app``, or the letter was stored
         without its arguments (:func:`celery_outbox.escaping.minimal_letter`), or they
@@ -110,6 +117,12 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
         return letter.requeued_task_id
     if letter.status == DeadLetterStatus.DISCARDED:
         raise _discarded(letter_id)
+    if letter.status == DeadLetterStatus.COMPLETED:
+        raise DeadLetterCompleted(
+            f"Cannot requeue dead letter {letter_id}: its task {letter.task_id} completed "
+            "after the letter was written (a duplicate delivery); requeueing it would run "
+            "the task again. It was not dispatched."
+        )
     task = app.tasks.get(letter.task_name)
     if task is None:
         raise OutboxError(

@@ -49,6 +49,11 @@ class DeadLetterDiscarded(OutboxError, LookupError):
     """The dead letter was discarded (perhaps while being requeued): it cannot be requeued."""
 
 
+class DeadLetterCompleted(OutboxError, LookupError):
+    """The dead letter's task completed after the letter was written (a duplicate delivery
+    of an atomic task): requeueing it would run the task again, so it is not requeued."""
+
+
 class RetriesExhausted(OutboxError):
     """The task used up its retries (or its retry deadline) and became a dead letter."""
 

@@ -81,3 +81,14 @@ class MemoryDeadLetters(OutboxStore):
                 return False
             self.letters[letter_id] = replace(letter, status=DeadLetterStatus.DISCARDED)
             return True
+
+    def complete_dead_letters(self, task_id: str, *, using: str | None = None) -> int:
+        with self._lock:
+            found = [
+                letter
+                for letter in self.letters.values()
+                if letter.task_id == task_id and letter.status is DeadLetterStatus.DEAD
+            ]
+            for letter in found:
+                self.letters[letter.id] = replace(letter, status=DeadLetterStatus.COMPLETED)
+            return len(found)

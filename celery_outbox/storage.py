@@ -298,3 +298,9 @@ class OutboxStore(
     @abc.abstractmethod
     def discard_dead_letter(self, letter_id: int, *, using: str | None = None) -> bool:
         """Mark a ``dead`` letter ``discarded``; ``False`` when it was not ``dead``."""
+
+    @abc.abstractmethod
+    def complete_dead_letters(self, task_id: str, *, using: str | None = None) -> int:
+        """Mark the ``dead`` letters of ``task_id`` ``completed``: its task finished after
+        all, through a duplicate delivery (an atomic task's run committing after its
+        letter was written). How many were; in the caller's transaction."""

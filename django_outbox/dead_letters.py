@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Model, QuerySet
 
 from celery_outbox import dead_letters as core
-from celery_outbox.exceptions import DeadLetterDiscarded, OutboxError
+from celery_outbox.exceptions import DeadLetterCompleted, DeadLetterDiscarded, OutboxError
 from celery_outbox.records import DeadLetterStatus
 from django_outbox._compat import instance_alias
 from django_outbox.celery_app import outbox_app
@@ -53,8 +53,8 @@ def requeue_letters(
     for letter_id in ids:
         try:
             requeued[letter_id] = _requeue_id(app, letter_id, by=by, using=letters.db)
-        except DeadLetterDiscarded:
-            discarded += 1  # discarded since it was selected: skipped, not requeued
+        except (DeadLetterDiscarded, DeadLetterCompleted):
+            discarded += 1  # settled since it was selected: skipped, not requeued
         except (LookupError, OutboxError) as exc:
             failed[letter_id] = str(exc)
     skipped = selected - len(ids) + discarded

@@ -69,6 +69,16 @@ class SQLAlchemyDeadLetters(OutboxStore):
         with store_errors("discard a dead letter"), self._caller_transaction() as conn:
             return discard(conn, self.tables.dead_letter, letter_id)
 
+    def complete_dead_letters(self, task_id: str, *, using: str | None = None) -> int:
+        table = self.tables.dead_letter
+        stmt = (
+            update(table)
+            .where(table.c.task_id == task_id, table.c.status == DEAD)
+            .values(status=DeadLetterStatus.COMPLETED.value)
+        )
+        with store_errors("complete a dead letter"), self._caller_transaction() as conn:
+            return int(conn.execute(stmt).rowcount)
+
 
 def insert(conn: Connection, table: Table, letter: NewDeadLetter) -> int:
     """Write ``letter`` as a ``dead`` letter; its id."""

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable
 from contextlib import ExitStack
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Task
 from celery.exceptions import Ignore
@@ -32,6 +32,9 @@ from celery_outbox.signals import task_duplicate_skipped
 from celery_outbox.worker.attempt import Attempt
 from celery_outbox.worker.republish import requeue_later
 from celery_outbox.worker.runner import deferring_retries
+
+if TYPE_CHECKING:
+    from celery_outbox.storage import OutboxStore
 
 #: Longest part of a refused result quoted in an error.
 _QUOTED = 200
@@ -92,6 +95,7 @@ def run_once(
                 with deferring_retries():
                     value = call()
                 completion.result = serialise_result(task, value)
+                _settle_letters(store, attempt.task_id, using=using, root_id=root_id)
                 if then is not None:
                     then(value, completion.result)
             finally:
@@ -101,6 +105,16 @@ def run_once(
         sender=task, task_id=attempt.task_id, completed_at=completion.previous.completed_at
     )
     raise Ignore()
+
+
+def _settle_letters(
+    store: OutboxStore, task_id: str, *, using: str | None, root_id: str | None
+) -> None:
+    # A letter of this task id written while this run was on its way (a redelivery past
+    # outbox_max_deliveries dead-letters without running) is settled: `completed`, never
+    # requeued by mistake; its workflow runs again, so this step counts.
+    if store.complete_dead_letters(task_id, using=using) and root_id:
+        store.workflow_resumed(root_id, using=using)
 
 
 def dispatch_alias(using: str | None) -> str | None:

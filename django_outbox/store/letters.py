@@ -89,6 +89,12 @@ def requeue_dead_letter(
     return message.task_id, row_id
 
 
+def complete_dead_letters(task_id: str, *, alias: str) -> int:
+    """Mark the ``dead`` letters of ``task_id`` ``completed``: one ``UPDATE``."""
+    letters = DeadLetter.objects.using(alias).dead().filter(task_id=task_id)
+    return int(letters.update(status=DeadLetterStatus.COMPLETED.value))
+
+
 def discard_dead_letter(letter_id: int, *, alias: str) -> bool:
     """Mark a ``dead`` letter ``discarded``: one ``UPDATE``."""
     changed = (

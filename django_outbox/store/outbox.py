@@ -291,3 +291,8 @@ class DjangoOutboxStore(
         """Mark a ``dead`` letter ``discarded``: one ``UPDATE``."""
         with store_errors("discard a dead letter"):
             return letters.discard_dead_letter(letter_id, alias=alias_of(using))
+
+    def complete_dead_letters(self, task_id: str, *, using: str | None = None) -> int:
+        """Mark the task's ``dead`` letters ``completed``: one ``UPDATE``."""
+        with store_errors("complete a dead letter"):
+            return letters.complete_dead_letters(task_id, alias=alias_of(using))

@@ -11,7 +11,7 @@ from celery import Celery
 
 from celery_outbox import dead_letters
 from celery_outbox.escaping import escape_letter
-from celery_outbox.exceptions import DeadLetterDiscarded
+from celery_outbox.exceptions import DeadLetterCompleted, DeadLetterDiscarded
 from celery_outbox.records import DeadLetterStatus, MessageStatus
 from celery_outbox.registry import install_store
 from tests.contract.factories import (
@@ -153,6 +153,43 @@ def test_discard_of_a_requeued_or_unknown_letter_is_false(harness: Harness) -> N
 
     assert harness.store.discard_dead_letter(letter_id) is False
     assert harness.store.discard_dead_letter(10**12) is False
+
+
+def test_a_task_that_completes_after_its_letter_completes_only_its_dead_letters(
+    harness: Harness,
+) -> None:
+    store = harness.store
+    dead = store.add_dead_letter(new_dead_letter(task_id="t-done"))
+    requeued = store.add_dead_letter(new_dead_letter(task_id="t-done"))
+    store.requeue_dead_letter(requeued, new_message(), by="a", now=NOW)
+    other = store.add_dead_letter(new_dead_letter(task_id="t-other"))
+    with rolled_back(harness.transaction):
+        assert store.complete_dead_letters("t-done") == 1
+    assert store.get_dead_letter(dead).status is DeadLetterStatus.DEAD  # type: ignore[union-attr]
+
+    with harness.transaction():
+        assert store.complete_dead_letters("t-done") == 1
+    assert store.complete_dead_letters("t-done") == 0
+
+    statuses = [store.get_dead_letter(i).status for i in (dead, requeued, other)]  # type: ignore[union-attr]
+    assert statuses == [
+        DeadLetterStatus.COMPLETED,
+        DeadLetterStatus.REQUEUED,
+        DeadLetterStatus.DEAD,
+    ]
+    assert store.discard_dead_letter(dead) is False
+    assert store.requeue_dead_letter(dead, new_message(), by="a", now=NOW)[1] is None
+
+
+def test_core_requeue_of_a_completed_letter_raises(harness: Harness) -> None:
+    app = Celery("contract-requeue", set_as_current=False)
+    install_store(app, harness.store)
+    letter_id = harness.store.add_dead_letter(new_dead_letter(task_id="t-late"))
+    harness.store.complete_dead_letters("t-late")
+
+    with pytest.raises(DeadLetterCompleted, match=f"letter {letter_id}: its task t-late"):
+        dead_letters.requeue(app, letter_id, by="a")
+    assert harness.store.count_by_status()[MessageStatus.PENDING] == 0
 
 
 def test_deliveries_count_from_two_and_are_forgotten(harness: Harness) -> None:

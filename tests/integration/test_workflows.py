@@ -19,7 +19,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from celery_outbox import requeue
-from celery_outbox.exceptions import ChordTooLarge
+from celery_outbox.clock import utcnow
+from celery_outbox.exceptions import ChordTooLarge, DeadLetterCompleted
+from celery_outbox.records import DeadLetterStatus, NewDeadLetter
 from celery_outbox.registry import relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table
 from celery_outbox.workflows import StoredWorkflow
@@ -165,6 +167,29 @@ def test_a_chord_inside_a_chain_and_a_chain_led_by_a_group(world: World) -> None
     assert world.effect("led-d") == [5, 6]
 
 
+def test_chains_led_by_a_chord_finish_with_every_step_counted_once(world: World) -> None:
+    # chain(chord, d) used to count d twice (steps_total 5 for 4 steps): `running` forever.
+    led = chain(
+        chord([world.s(ADD, i, i, f"clc-h{i}") for i in range(2)], world.s(COLLECT, "clc-b")),
+        world.s(COLLECT, "clc-d"),
+    ).apply_async()
+    twice = chain(
+        chord([world.s(ADD, i, 1, f"cc2-h{i}") for i in range(2)], world.s(COLLECT, "cc2-b")),
+        chord(
+            [world.app.tasks[ADD].si(i, 2, f"cc2-k{i}") for i in range(2)],
+            world.s(COLLECT, "cc2-c"),
+        ),
+    ).apply_async()
+
+    found = world.finished(_root(led))
+    assert (found.status, found.steps_done, found.steps_total) == ("succeeded", 4, 4)
+    assert world.effect("clc-b") == [0, 2]
+    assert world.effect("clc-d") == [0, 2]
+    found = world.finished(_root(twice))
+    assert (found.status, found.steps_done, found.steps_total) == ("succeeded", 6, 6)
+    assert world.effect("cc2-c") == [2, 3]
+
+
 def test_a_group_of_chains_is_one_workflow_keyed_by_the_group_id(world: World) -> None:
     result = group(
         chain(world.s(ADD, 1, 1, "goc-1a"), world.s(ADD, 1, "goc-1b")),
@@ -203,6 +228,42 @@ def test_a_dead_lettered_step_fails_its_workflow_and_its_requeue_resumes_it(
     found = world.finished(root)
     assert (found.status, found.steps_done, found.steps_total) == ("succeeded", 3, 3)
     assert world.effect("dl-c") == 7
+
+
+def test_a_dead_letter_whose_step_then_completes_is_completed_and_counted(world: World) -> None:
+    # A redelivery past outbox_max_deliveries dead-letters a step without running it while
+    # an earlier delivery is still on its way; that delivery then commits. Written here in
+    # the dispatching transaction, before any delivery runs: the same order of events.
+    with Session(world.engine) as session, world.store.bind_session(session):
+        result = chain(world.s(ADD, 1, 1, "sd-a"), world.s(ADD, 2, "sd-b")).apply_async()
+        root = _root(result)
+        letter_id = world.store.add_dead_letter(
+            NewDeadLetter(
+                task_id=result.id,
+                task_name=ADD,
+                args=[2, "sd-b"],
+                kwargs={},
+                options={"root_id": root},
+                exception_type="celery_outbox.exceptions.TooManyDeliveries",
+                exception_message="delivered 6 times without finishing",
+                traceback="",
+                retries=0,
+                first_failed_at=utcnow(),
+                failed_at=utcnow(),
+            ),
+            workflow=root,
+        )
+        session.commit()
+
+    wait_for(lambda: world.effect("sd-b") is not None, timeout=30, what="the step to run")
+    letter = world.store.get_dead_letter(letter_id)
+    assert letter is not None
+    assert letter.status is DeadLetterStatus.COMPLETED  # never requeued by mistake
+    with pytest.raises(DeadLetterCompleted, match="completed after the letter was written"):
+        requeue(world.app, letter_id)
+    found = world.workflow(root)
+    assert found is not None
+    assert (found.status, found.steps_done, found.steps_total) == ("succeeded", 2, 2)
 
 
 def test_a_dead_lettered_chord_header_step_resumes_the_join(world: World) -> None:
