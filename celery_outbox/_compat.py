@@ -183,13 +183,32 @@ def install_canvas_hooks(hooks: CanvasHooks) -> None:
 
 
 def _prepare_steps(self: _chain, args: Any, kwargs: Any, tasks: Any, *rest: Any, **kw: Any) -> Any:
-    app = kw.get("app") or (rest[3] if len(rest) > 3 else None) or self.app
+    # The app the chain's tasks belong to: Celery 5.4 takes a chain's app from its first
+    # task only, and a chord made without an app leaves it the current app.
+    app = (
+        _made_by(list(tasks)) or kw.get("app") or (rest[3] if len(rest) > 3 else None) or self.app
+    )
     joined = _hooks is not None and _hooks.serves(app) and _chords_all_joined(app, list(tasks))
     token = _chords_joined.set(joined)
     try:
         return _ORIGINAL_PREPARE_STEPS(self, args, kwargs, tasks, *rest, **kw)
     finally:
         _chords_joined.reset(token)
+
+
+def _made_by(tasks: list[Any]) -> Celery | None:
+    """The app the first signature among ``tasks`` (and the canvases they hold) was made
+    by, or ``None``."""
+    for task in tasks:
+        made = getattr(task, "_app", None)
+        if made is not None:
+            return cast(Celery, made)
+        inner = getattr(task, "tasks", None)
+        nested = [*(inner if isinstance(inner, (list, tuple)) else ()), getattr(task, "body", None)]
+        found = _made_by([piece for piece in nested if piece is not None])
+        if found is not None:
+            return found
+    return None
 
 
 def _ensure_chords_allowed(self: DisabledBackend) -> None:

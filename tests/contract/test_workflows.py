@@ -117,7 +117,12 @@ def test_only_a_failed_workflow_resumes(harness: Harness) -> None:
 
 
 def test_workflows_are_counted_with_every_status(harness: Harness) -> None:
-    assert harness.store.count_workflows() == {"running": 0, "succeeded": 0, "failed": 0}
+    assert harness.store.count_workflows() == {
+        "running": 0,
+        "succeeded": 0,
+        "failed": 0,
+        "cancelled": 0,
+    }
     started(harness, 2)
     started(harness, 5)
     succeeded = started(harness, 1)
@@ -125,7 +130,12 @@ def test_workflows_are_counted_with_every_status(harness: Harness) -> None:
     failed = started(harness, 3)
     harness.store.workflow_failed(failed, "task-broken", now=NOW)
 
-    assert harness.store.count_workflows() == {"running": 2, "succeeded": 1, "failed": 1}
+    assert harness.store.count_workflows() == {
+        "running": 2,
+        "succeeded": 1,
+        "failed": 1,
+        "cancelled": 0,
+    }
 
 
 def test_a_completed_step_keeps_its_workflow(harness: Harness) -> None:
