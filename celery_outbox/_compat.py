@@ -185,9 +185,7 @@ def install_canvas_hooks(hooks: CanvasHooks) -> None:
 def _prepare_steps(self: _chain, args: Any, kwargs: Any, tasks: Any, *rest: Any, **kw: Any) -> Any:
     # The app the chain's tasks belong to: Celery 5.4 takes a chain's app from its first
     # task only, and a chord made without an app leaves it the current app.
-    app = (
-        _made_by(list(tasks)) or kw.get("app") or (rest[3] if len(rest) > 3 else None) or self.app
-    )
+    app = _made_by(list(tasks)) or kw.get("app") or (rest[3] if len(rest) > 3 else None) or self.app
     joined = _hooks is not None and _hooks.serves(app) and _chords_all_joined(app, list(tasks))
     token = _chords_joined.set(joined)
     try:
