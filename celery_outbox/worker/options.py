@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -154,10 +154,18 @@ def options_from_task(task: Task[Any, Any]) -> RetryOptions:
 
 
 def with_retry_arguments(
-    options: RetryOptions, *, countdown: Any, eta: Any, max_retries: Any
+    options: RetryOptions,
+    *,
+    countdown: Any,
+    eta: Any,
+    max_retries: Any,
+    clock: Callable[[], datetime] = utcnow,
 ) -> tuple[RetryOptions, float | None]:
     """``options`` with ``retry(max_retries=...)`` applied, and the wait ``retry()`` asked
     for in seconds (from ``countdown`` or ``eta``; ``None``: the task's own waits).
+
+    An ``eta`` is an instant: its wait is measured on ``clock``, read only then (the
+    worker passes the database's clock, which parked due times are on).
 
     Raises
     ------
@@ -168,7 +176,7 @@ def with_retry_arguments(
     if max_retries is not None and not _is_retries(max_retries):
         problems.append(f"max_retries={max_retries!r} (give a whole number >= 0)")
     if isinstance(eta, datetime) and eta.tzinfo is not None:
-        countdown = (eta - utcnow()).total_seconds()
+        countdown = (eta - clock()).total_seconds()
     elif eta is not None:
         problems.append(f"eta={eta!r} (give an aware datetime)")
     if countdown is not None and not _is_number(countdown):

@@ -3,6 +3,7 @@ the retry (:mod:`.republish`) or write the dead letter (:mod:`.letters`)."""
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Mapping
 from datetime import datetime
@@ -17,12 +18,23 @@ from celery_outbox.exceptions import (
     PayloadError,
     RetriesExhausted,
     ScheduleError,
+    StoreError,
 )
+from celery_outbox.registry import store_for
 from celery_outbox.worker.attempt import Attempt
 from celery_outbox.worker.letters import write_config_dead_letter, write_dead_letter
 from celery_outbox.worker.options import options_from_task, with_retry_arguments
 from celery_outbox.worker.policy import Outcome, decide
 from celery_outbox.worker.republish import schedule_retry
+
+
+def _database_now(task: Task[Any, Any], attempt: Attempt) -> datetime:
+    """The clock a parked retry's due time is on (the database's), else this worker's
+    when the store cannot read it (parking fails then too, and says so)."""
+    try:
+        return store_for(task.app).now(using=attempt.using)
+    except (StoreError, OutboxConfigError):  # down, or no store: the worker's is next best
+        return utcnow()
 
 
 def after_failure(
@@ -60,7 +72,11 @@ def after_failure(
     try:
         config = OutboxConfig.from_celery(task.app)
         options, delay = with_retry_arguments(
-            options_from_task(task), countdown=countdown, eta=eta, max_retries=max_retries
+            options_from_task(task),
+            countdown=countdown,
+            eta=eta,
+            max_retries=max_retries,
+            clock=functools.partial(_database_now, task, attempt),
         )
         following = attempt.with_arguments(args, kwargs, run=task.run)
         decision = decide(

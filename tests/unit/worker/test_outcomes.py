@@ -4,6 +4,7 @@ options, and a retry that cannot be sent is a dead letter naming why, never a lo
 from __future__ import annotations
 
 import random
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -103,4 +104,29 @@ def test_a_retry_that_cannot_be_built_is_a_dead_letter_not_a_lost_task(
     (letter,) = store.letters.values()
     assert letter.exception_type == "celery_outbox.exceptions.OutboxConfigError"
     assert named in letter.exception_message
+    assert queued_ids(queue_name) == []
+
+
+def test_a_retry_at_an_instant_is_parked_due_at_that_instant_on_the_databases_clock(
+    app: Celery, queue_name: str
+) -> None:
+    # The database's clock a minute behind this worker's: an eta read on the worker's
+    # clock would come due a minute early (DESIGN.md: every due time on the database's).
+    database_now = datetime.now(timezone.utc) - timedelta(minutes=1)
+    store = InMemoryOutboxStore(clock=lambda: database_now)
+    install_store(app, store)
+    at = database_now + timedelta(minutes=10)
+
+    retry = after_failure(
+        app.tasks["unit.retrying"],
+        attempt_of("t11", queue_name),
+        ValueError(),
+        explicit=True,
+        rng=random.Random(),
+        eta=at,
+    )
+
+    assert isinstance(retry, Retry)
+    (row,) = store.rows.values()
+    assert row.available_at == at
     assert queued_ids(queue_name) == []
