@@ -74,6 +74,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default=1_000_000,
         help="admin pages: completed atomic tasks (1,000,000)",
     )
+    parser.add_argument(
+        "--admin-workflows",
+        type=int,
+        default=1_000_000,
+        help="admin pages: workflows (1,000,000)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
     parser.add_argument("--json", type=Path, default=None, help="output (results/latest.json)")
     args = parser.parse_args(argv)
@@ -84,6 +90,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.chains, args.scrape_rows, args.storm = 10, 3000, 20
         args.parked_rows = 3000
         args.admin_rows, args.admin_letters, args.admin_completed = 3000, 300, 3000
+        args.admin_workflows = 150
     return args
 
 
@@ -138,6 +145,7 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
             rows=args.admin_rows,
             letters=args.admin_letters,
             completed=args.admin_completed,
+            workflows=args.admin_workflows,
             rounds=args.rounds,
         )
     return peer.run(rows=args.rows, rounds=max(1, min(args.rounds, 2)))

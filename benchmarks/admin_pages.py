@@ -4,7 +4,8 @@ The outbox table holds ``rows`` rows (85 % published rows kept by
 ``outbox_keep_published``, published over the last two days; 14 % parked retries due over
 the next month; 1 % failed; 0.1 % due), beside ``letters`` dead letters (90 % ``dead``,
 failed over the last week, 20 tasks x 5 exception types, a 1.5 kB traceback each) and
-``rows / 20`` workflows and ``completed`` completed atomic tasks (one per run, kept
+``workflows`` workflows (created one a second, newest first: 5 % failed, 5 % running, the
+rest succeeded) and ``completed`` completed atomic tasks (one per run, kept
 ``outbox_keep_completed``, 7 days: completed over the last 7 days, a uuid task id each,
 half with a small result; the newest :data:`WORKFLOW_STEPS` per workflow are the
 workflows' done steps); the parked rows and half the dead letters are steps of the first
@@ -40,7 +41,7 @@ STEPPED = 1000
 WORKFLOW_STEPS = 3
 
 
-def seed_statements(rows: int, letters: int, completed: int) -> list[str]:
+def seed_statements(rows: int, letters: int, completed: int, workflows: int) -> list[str]:
     """SQL writing the rows of the module's docstring."""
     parked, failed, due = int(rows * PARKED), int(rows * FAILED), max(1, int(rows * DUE))
     published = rows - parked - failed - due
@@ -88,15 +89,15 @@ def seed_statements(rows: int, letters: int, completed: int) -> list[str]:
         SELECT 'root-' || g, 'shop.checkout', (ARRAY['succeeded', 'running', 'failed'])[
             CASE WHEN g % 20 = 0 THEN 3 WHEN g % 10 = 0 THEN 2 ELSE 1 END],
             3, 3, now() - g * interval '1 s', now(), NULL
-        FROM generate_series(1, {max(1, rows // 20)}) AS g
+        FROM generate_series(1, {max(1, workflows)}) AS g
         """,
-        _completed(completed, workflows=max(1, rows // 20)),
+        _completed(completed, workflows=max(1, workflows)),
     ]
 
 
 def _completed(count: int, *, workflows: int) -> str:
     # the newest rows are the workflows' steps (the workflows were created in the last
-    # rows / 20 seconds); md5(...)::uuid gives each a uuid task id, as Celery's are
+    # ``workflows`` seconds); md5(...)::uuid gives each a uuid task id, as Celery's are
     steps = min(count, WORKFLOW_STEPS * workflows)
     spread = max(1, count)
     return f"""
@@ -127,7 +128,7 @@ def _outbox(
     """
 
 
-def seed(rows: int, letters: int, completed: int) -> None:
+def seed(rows: int, letters: int, completed: int, workflows: int) -> None:
     """Empty the tables and write the rows (autocommit), then ``VACUUM ANALYZE``."""
     from django.db import connection
 
@@ -141,7 +142,7 @@ def seed(rows: int, letters: int, completed: int) -> None:
     env.reset_outbox()
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {WORKFLOW_TABLE}, {COMPLETED_TABLE}")
-        for statement in seed_statements(rows, letters, completed):
+        for statement in seed_statements(rows, letters, completed, workflows):
             cursor.execute(statement)
         for table in (OUTBOX_TABLE, DEAD_LETTER_TABLE, WORKFLOW_TABLE, COMPLETED_TABLE):
             cursor.execute(f"VACUUM ANALYZE {table}")
@@ -194,7 +195,9 @@ def _check(response: Any, url: str) -> None:
         raise RuntimeError(f"GET {url}: {response.status_code}\n{response.content[:2000]!r}")
 
 
-def run(*, rows: int, letters: int, completed: int, rounds: int) -> list[dict[str, Any]]:
+def run(
+    *, rows: int, letters: int, completed: int, workflows: int, rounds: int
+) -> list[dict[str, Any]]:
     """One result row per page: the p50 and p99 of ``rounds`` x :data:`RENDERS` renders."""
     from django.contrib.auth.models import User
     from django.test import Client
@@ -203,7 +206,7 @@ def run(*, rows: int, letters: int, completed: int, rounds: int) -> list[dict[st
     from celery_outbox.config import OutboxConfig
     from celery_outbox.state import state_of
 
-    seed(rows, letters, completed)
+    seed(rows, letters, completed, workflows)
     state = state_of(app)
     kept = replace(OutboxConfig.from_celery(app), keep_published=timedelta(days=7))
     previous, state.config = state.config, kept
@@ -221,7 +224,7 @@ def run(*, rows: int, letters: int, completed: int, rounds: int) -> list[dict[st
                 {
                     "benchmark": "admin pages",
                     "case": f"{page} ({rows:,} outbox rows, {letters:,} letters, "
-                    f"{completed:,} completed)",
+                    f"{completed:,} completed, {workflows:,} workflows)",
                     "unit": "ms",
                     "rounds": rounds,
                     "p50": median(times),
