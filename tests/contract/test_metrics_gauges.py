@@ -49,6 +49,7 @@ def test_dead_letters_are_counted_by_status(harness: Harness) -> None:
         DeadLetterStatus.DEAD: 2,
         DeadLetterStatus.REQUEUED: 1,
         DeadLetterStatus.DISCARDED: 1,
+        DeadLetterStatus.COMPLETED: 0,
     }
 
 

@@ -121,9 +121,9 @@ def test_status_counts_rows_dead_letters_and_the_oldest_pending_age(use_app: Any
     }
     assert 90 <= report["oldest_pending_age_seconds"] < 120
     assert report["last_sweep_age_seconds"] is None
-    assert report["dead_letters"] == {"dead": 1, "requeued": 0, "discarded": 1}
+    assert report["dead_letters"] == {"dead": 1, "requeued": 0, "discarded": 1, "completed": 0}
     assert report["completed"] == 0
-    assert report["workflows"] == {"running": 0, "succeeded": 0, "failed": 0}
+    assert report["workflows"] == {"running": 0, "succeeded": 0, "failed": 0, "cancelled": 0}
     assert set(report) == {
         "pending",
         "parked",
@@ -162,8 +162,8 @@ def test_status_counts_workflows_by_status(use_app: Any) -> None:
     store.workflow_step_done("root-0", now=now())
     store.workflow_failed("root-1", "task-1", now=now())
     report = json.loads(outbox("status", "--json"))["default"]
-    assert report["workflows"] == {"running": 2, "succeeded": 1, "failed": 1}
-    assert "  workflows: running 2, succeeded 1, failed 1\n" in outbox("status")
+    assert report["workflows"] == {"running": 2, "succeeded": 1, "failed": 1, "cancelled": 0}
+    assert "  workflows: running 2, succeeded 1, failed 1, cancelled 0\n" in outbox("status")
 
 
 def test_a_row_past_its_publish_attempts_is_failed_and_counted_by_status(use_app: Any) -> None:

@@ -116,17 +116,32 @@ def test_a_failed_workflow_resumes_keeping_its_last_failure(harness: Harness) ->
     assert store.get_workflow("root-1").status == "succeeded"
     store.workflow_failed("root-x", "task-9", now=NOW)  # no such workflows: nothing
     store.workflow_resumed("root-x")
-    assert store.count_workflows() == {"running": 0, "succeeded": 1, "failed": 0}
+    assert store.count_workflows() == {
+        "running": 0,
+        "succeeded": 1,
+        "failed": 0,
+        "cancelled": 0,
+    }
 
 
 def test_workflows_are_counted_by_status(harness: Harness) -> None:
     store = harness.store
-    assert store.count_workflows() == {"running": 0, "succeeded": 0, "failed": 0}
+    assert store.count_workflows() == {
+        "running": 0,
+        "succeeded": 0,
+        "failed": 0,
+        "cancelled": 0,
+    }
     for n in range(4):
         store.add_workflow_steps(f"root-{n}", name="tests.chain", steps=1, now=NOW)
     store.workflow_step_done("root-0", now=NOW)
     store.workflow_failed("root-1", "task-1", now=NOW)
-    assert store.count_workflows() == {"running": 2, "succeeded": 1, "failed": 1}
+    assert store.count_workflows() == {
+        "running": 2,
+        "succeeded": 1,
+        "failed": 1,
+        "cancelled": 0,
+    }
 
 
 def test_a_dead_letter_fails_its_workflow_in_the_letters_transaction(harness: Harness) -> None:

@@ -59,7 +59,10 @@ def unknown_in_docs(defaults: Mapping[str, Any], markdown: str) -> list[str]:
 
 
 #: DESIGN.md settings of open issues, not built yet (the issue that builds one removes it here).
-PLANNED_SETTINGS: dict[str, str] = {}
+PLANNED_SETTINGS: dict[str, str] = {
+    "outbox_all_tasks": "issue 40: every task on the outbox",
+    "outbox_exclude_tasks": "issue 40: every task on the outbox",
+}
 
 
 def design_settings(design: str) -> set[str]:
