@@ -79,7 +79,8 @@ def _child(case: str, rows: int, size: int, budget: int) -> dict[str, Any]:
 
     from benchmarks.app import app, outbox_noop
     from celery_outbox.config import OutboxConfig
-    from celery_outbox.registry import relay_for, store_for
+    from celery_outbox.registry import store_for
+    from celery_outbox.relay import relay_for
     from celery_outbox.sweeper import Sweeper
 
     app.conf.outbox_sweep_batch_bytes = budget

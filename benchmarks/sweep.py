@@ -24,7 +24,8 @@ def sweeper() -> Any:
     """The sweeper of the benchmark app, publishing rows of any age."""
     from benchmarks.app import app
     from celery_outbox.config import OutboxConfig
-    from celery_outbox.registry import relay_for, store_for
+    from celery_outbox.registry import store_for
+    from celery_outbox.relay import relay_for
     from celery_outbox.sweeper import Sweeper
 
     config = replace(OutboxConfig.from_celery(app), publish_grace=timedelta(0))

@@ -40,7 +40,6 @@ from celery.utils.functional import regen
 from kombu import Connection
 from kombu.utils.uuid import uuid
 
-from celery_outbox.canvas_shape import tail_not_carried
 from celery_outbox.state import state_of
 
 #: The attribute whose presence stops Celery wrapping ``run`` for ``autoretry_for``.
@@ -290,7 +289,10 @@ def _chord_run(
     opened: AbstractContextManager[None] = nullcontext()
     if top and root_id:
         whole = chord(header, body=body, app=app)
-        tail = tail_not_carried(body, list(kw.get("chain") or ()))
+        # From Celery 5.5 on, the body carries the chain's tail in its own `chain` option
+        # too (5.4 sets it inside chord.run): count that tail once.
+        carried = list(body.options.get("chain") or ())
+        tail = [piece for piece in kw.get("chain") or () if piece not in carried]
         opened = _hooks.opening(app, str(root_id), [whole, *tail])
     with opened:
         if open_join is None:

@@ -33,10 +33,10 @@ from typing import Any
 from celery import Celery, current_app
 
 from celery_outbox.bulk_store import BulkStore
+from celery_outbox.dispatch_target import dispatch_alias
 from celery_outbox.exceptions import BatchWriteError, NoStoreConfigured
 from celery_outbox.records import NewMessage
 from celery_outbox.registry import store_for
-from celery_outbox.worker.atomic import dispatch_alias
 
 #: What a dispatch does once its row is written: given the row id (``None``: a duplicate).
 Written = Callable[[int | None], None]

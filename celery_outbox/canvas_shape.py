@@ -73,18 +73,6 @@ def count_steps(sig: Any, is_step: IsStep) -> int:
     return own + sum(count_steps(step, is_step) for step in options.get("chain") or ())
 
 
-def tail_not_carried(body: Any, tail: Sequence[Any]) -> list[Any]:
-    """The pieces of a chain's ``tail`` that a chord's ``body`` (a signature or its dict)
-    does not already carry in its own ``chain`` option.
-
-    A chord at the head of a chain gets the chain's tail twice from Celery 5.5 on: in its
-    body's ``chain`` option and as ``chord.run``'s ``chain``; Celery 5.4 sets the body's
-    option only inside ``chord.run``. Counted once either way, by the tail's task ids."""
-    options = body.get("options") if isinstance(body, Mapping) else None
-    carried = set(_task_ids((options or {}).get("chain")))
-    return [piece for piece in tail if not carried.intersection(_task_ids(piece))]
-
-
 def dispatch_steps(task_name: str, options: Mapping[str, Any], is_step: IsStep) -> int:
     """The steps a new (not handed-on) dispatch of ``task_name`` adds to its workflow:
     itself, the chain it carries, and, for the first member of a chord's header, the

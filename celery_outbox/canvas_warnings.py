@@ -17,7 +17,7 @@ from typing import Any
 
 from celery import Celery, Task
 
-from celery_outbox.worker.atomic import is_atomic
+from celery_outbox.dispatch_target import is_atomic
 
 #: Whether the warnings are on; Django's app config points it at ``settings.DEBUG``.
 _enabled: Callable[[], bool] = lambda: bool(sys.flags.dev_mode)  # noqa: E731

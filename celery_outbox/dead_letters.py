@@ -24,7 +24,8 @@ from celery_outbox.exceptions import (
     OutboxError,
 )
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter, StoredMessage
-from celery_outbox.registry import relay_for, store_for
+from celery_outbox.registry import store_for
+from celery_outbox.relay import relay_for
 from celery_outbox.signals import dead_letter_requeued
 from celery_outbox.worker.arguments import mismatch
 

@@ -21,8 +21,8 @@ from celery_outbox.config import OutboxConfig
 from celery_outbox.dispatches import Dispatch, Drained
 from celery_outbox.envelope import decode_body
 from celery_outbox.records import Claim, StoredMessage
-from celery_outbox.registry import relay_for, store_for
-from celery_outbox.relay import PublishReport, Relay
+from celery_outbox.registry import store_for
+from celery_outbox.relay import PublishReport, Relay, relay_for
 from celery_outbox.state import state_of
 
 #: How long a drain holds the rows it claimed (it releases them at once when done).

@@ -1,8 +1,14 @@
-"""Which store (and relay) a Celery app uses: see :mod:`celery_outbox.state` for the order."""
+"""Which store a Celery app uses: see :mod:`celery_outbox.state` for the order.
+
+The relay of an app (``relay_for``) lives with the relay
+(:func:`celery_outbox.relay.relay_for`); its old name here still works, with a warning.
+"""
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import warnings
 from typing import Any
 
 from celery import Celery
@@ -10,11 +16,10 @@ from kombu.utils.imports import symbol_by_name
 
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import NoStoreConfigured, OutboxConfigError
-from celery_outbox.relay import Relay
 from celery_outbox.state import default_store, set_default_store, state_of
 from celery_outbox.storage import OutboxStore
 
-__all__ = ["install_store", "load_store", "relay_for", "set_default_store", "store_for"]
+__all__ = ["install_store", "load_store", "set_default_store", "store_for"]
 
 #: What ``outbox_store`` accepts, for error messages.
 _ACCEPTED = (
@@ -53,16 +58,6 @@ def store_for(app: Celery) -> OutboxStore:
     if store is None:
         raise NoStoreConfigured()
     return store
-
-
-def relay_for(app: Celery) -> Relay:
-    """The relay publishing ``app``'s rows through its store (one per app and store)."""
-    store, state = store_for(app), state_of(app)
-    relay = state.relay
-    if not isinstance(relay, Relay) or relay.store is not store:
-        relay = Relay(app, store=store, config=OutboxConfig.from_celery(app))
-        state.relay = relay
-    return relay
 
 
 def load_store(path: str, app: Celery) -> OutboxStore:
@@ -104,3 +99,21 @@ def _build(factory: Any, app: Celery) -> Any:
     if not callable(factory):
         raise TypeError(f"{type(factory).__name__} is not callable")
     return factory(app)
+
+
+_warned: set[str] = set()
+
+
+def __getattr__(name: str) -> Any:
+    """``relay_for``, moved to :mod:`celery_outbox.relay`: found there, warning once."""
+    if name != "relay_for":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(
+            "celery_outbox.registry.relay_for moved to celery_outbox.relay.relay_for: "
+            "import it from there.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    return importlib.import_module("celery_outbox.relay").relay_for

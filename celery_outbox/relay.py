@@ -26,7 +26,9 @@ from celery_outbox.config import OutboxConfig
 from celery_outbox.producers import Producers
 from celery_outbox.publishable import sort_out
 from celery_outbox.records import Claim, NewMessage, StoredMessage
+from celery_outbox.registry import store_for
 from celery_outbox.signals import message_publish_failed, message_published
+from celery_outbox.state import state_of
 from celery_outbox.storage import OutboxStore
 
 logger = logging.getLogger(__name__)
@@ -298,3 +300,13 @@ def _merged(first: PublishReport, second: PublishReport) -> PublishReport:
         failed={**first.failed, **second.failed},
         gave_up=first.gave_up | second.gave_up,
     )
+
+
+def relay_for(app: Celery) -> Relay:
+    """The relay publishing ``app``'s rows through its store (one per app and store)."""
+    store, state = store_for(app), state_of(app)
+    relay = state.relay
+    if not isinstance(relay, Relay) or relay.store is not store:
+        relay = Relay(app, store=store, config=OutboxConfig.from_celery(app))
+        state.relay = relay
+    return relay

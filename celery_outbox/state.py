@@ -2,7 +2,7 @@
 
 Each app has one :class:`AppState`: its validated settings, its store, its relay and the
 unconnected connection dispatch captures messages with. Everything else reads them
-through :func:`celery_outbox.registry.store_for`, :func:`celery_outbox.registry.relay_for`
+through :func:`celery_outbox.registry.store_for`, :func:`celery_outbox.relay.relay_for`
 and :meth:`celery_outbox.config.OutboxConfig.from_celery`.
 
 Where an app's store comes from, first match wins:

@@ -15,11 +15,13 @@ from kombu.utils.uuid import uuid
 from celery_outbox import workflow_dispatch
 from celery_outbox.batching import current_batch
 from celery_outbox.config import OutboxConfig
+from celery_outbox.dispatch_target import dispatch_alias, is_atomic
 from celery_outbox.eager import apply_on_commit
 from celery_outbox.envelope import build_call
 from celery_outbox.exceptions import AtomicUnsupported, OutboxConfigError
 from celery_outbox.records import StoredMessage
-from celery_outbox.registry import relay_for, store_for
+from celery_outbox.registry import store_for
+from celery_outbox.relay import relay_for
 from celery_outbox.signals import announce_dispatch
 from celery_outbox.superseding import superseding
 from celery_outbox.worker import atomic as atomic_runs
@@ -97,7 +99,7 @@ class OutboxTask(_TaskBase):
             check_arguments(self, attempt.task_id, args, kwargs)
             return self.run(*args, **kwargs)
 
-        if not atomic_runs.is_atomic(self):
+        if not is_atomic(self):
             value = runner.run_attempt(self, attempt, call, rng=self.rng)
             step.finished()
             return value
@@ -187,7 +189,7 @@ class OutboxTask(_TaskBase):
         app = self.app
         config = OutboxConfig.from_celery(app)
         checked_options(self)
-        using = atomic_runs.dispatch_alias(using)
+        using = dispatch_alias(using)
         atomic_runs.check_atomic(self, using)
         task_id = task_id or uuid()
         given = dict(options, link=link, link_error=link_error, shadow=shadow)

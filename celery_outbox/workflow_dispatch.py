@@ -32,13 +32,16 @@ from celery_outbox.canvas_shape import (
 )
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
+from celery_outbox.dispatch_target import dispatch_alias, is_atomic
 from celery_outbox.exceptions import ChordTooLarge, NoStoreConfigured
 from celery_outbox.records import NewMessage
 from celery_outbox.registry import store_for
 from celery_outbox.signals import task_dispatched
 from celery_outbox.storage import OutboxStore, PublishCallback
-from celery_outbox.worker.atomic import dispatch_alias, is_atomic
-from celery_outbox.worker.attempt import JOIN_HEADER
+
+#: Message header of a chord header step whose join is counted in the database (the
+#: chord's group id), so the worker counts the step there (:mod:`celery_outbox.worker.steps`).
+JOIN_HEADER = "outbox_join"
 
 #: The group ids of the chords whose joins ``chord.run`` opened in this context, while
 #: it dispatches their headers.

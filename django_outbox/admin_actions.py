@@ -21,7 +21,8 @@ from django.db import transaction
 from django.utils.translation import gettext, ngettext
 
 from celery_outbox.records import MessageStatus
-from celery_outbox.registry import relay_for, store_for
+from celery_outbox.registry import store_for
+from celery_outbox.relay import relay_for
 from django_outbox.cancelling import CancelResult
 from django_outbox.celery_app import outbox_app
 from django_outbox.dead_letters import RequeueResult

@@ -13,7 +13,6 @@ import base64
 import weakref
 from collections.abc import Callable
 from contextlib import ExitStack
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from celery import Task
@@ -21,6 +20,7 @@ from celery.exceptions import Ignore
 from kombu.serialization import dumps
 
 from celery_outbox.clock import utcnow
+from celery_outbox.dispatch_target import writing_to
 from celery_outbox.exceptions import (
     AtomicUnsupported,
     NoStoreConfigured,
@@ -38,17 +38,6 @@ if TYPE_CHECKING:
 
 #: Longest part of a refused result quoted in an error.
 _QUOTED = 200
-
-#: The database alias of the atomic body running in this context (a 1-tuple: the alias
-#: may be ``None``, the store's default).
-_running_alias: ContextVar[tuple[str | None] | None] = ContextVar(
-    "celery_outbox_atomic_alias", default=None
-)
-
-
-def is_atomic(task: Task[Any, Any]) -> bool:
-    """Whether ``task`` is atomic (``atomic = True``, as a class attribute or task option)."""
-    return getattr(task, "atomic", False) is True
 
 
 def atomic_alias(task: Task[Any, Any], attempt: Attempt) -> str | None:
@@ -90,16 +79,13 @@ def run_once(
             # so no retry is spent; the message comes back after the store's backoff.
             requeue_later(task, attempt, exc)
         if completion.previous is None:
-            token = _running_alias.set((using,))
-            try:
+            with writing_to(using):
                 with deferring_retries():
                     value = call()
                 completion.result = serialise_result(task, value)
                 _settle_letters(store, attempt.task_id, using=using, root_id=root_id)
                 if then is not None:
                     then(value, completion.result)
-            finally:
-                _running_alias.reset(token)
             return value
     task_duplicate_skipped.send(
         sender=task, task_id=attempt.task_id, completed_at=completion.previous.completed_at
@@ -115,15 +101,6 @@ def _settle_letters(
     # requeued by mistake; its workflow runs again, so this step counts.
     if store.complete_dead_letters(task_id, using=using) and root_id:
         store.workflow_resumed(root_id, using=using)
-
-
-def dispatch_alias(using: str | None) -> str | None:
-    """The alias a dispatch writes to: ``using`` when given, else, inside an atomic body,
-    that body's alias (its follow-up tasks commit with it), else ``None``."""
-    if using is not None:
-        return using
-    running = _running_alias.get()
-    return None if running is None else running[0]
 
 
 def serialise_result(task: Task[Any, Any], value: Any) -> str | None:

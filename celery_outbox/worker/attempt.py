@@ -22,9 +22,6 @@ FIRST_FAILED_HEADER = "outbox_first_failed_at"
 REQUEUES_HEADER = "outbox_requeues"
 #: Message header naming the database alias a task was dispatched with (``using=``).
 USING_HEADER = "outbox_using"
-#: Message header of a chord header step whose join is counted in the database (the
-#: chord's group id: :mod:`celery_outbox.workflow_dispatch`, :mod:`.steps`).
-JOIN_HEADER = "outbox_join"
 #: Message header of a retry sent to a retry queue: where the task came from (JSON of
 #: :meth:`Attempt.routing`), so its dead letter is requeued there, not to the retries.
 HOME_HEADER = "outbox_home"

@@ -28,9 +28,10 @@ from celery_outbox.exceptions import (
 from celery_outbox.records import NewDeadLetter
 from celery_outbox.registry import store_for
 from celery_outbox.signals import task_dead_lettered
-from celery_outbox.worker.attempt import JOIN_HEADER, Attempt
+from celery_outbox.worker.attempt import Attempt
 from celery_outbox.worker.policy import Outcome
 from celery_outbox.worker.republish import requeue_later
+from celery_outbox.workflow_dispatch import JOIN_HEADER
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,8 @@ from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import utcnow
 from celery_outbox.envelope import build_message
 from celery_outbox.records import NewMessage
-from celery_outbox.registry import relay_for, store_for
+from celery_outbox.registry import store_for
+from celery_outbox.relay import relay_for
 from celery_outbox.signals import task_retry_scheduled
 from celery_outbox.superseding import superseding
 from celery_outbox.worker.attempt import (

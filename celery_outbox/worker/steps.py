@@ -27,8 +27,8 @@ from celery_outbox.exceptions import JoinMissing, StoreError
 from celery_outbox.registry import store_for
 from celery_outbox.worker import successors
 from celery_outbox.worker.atomic import atomic_alias, serialise_result
-from celery_outbox.worker.attempt import JOIN_HEADER, Attempt
-from celery_outbox.workflow_dispatch import ending_step, handing_on
+from celery_outbox.worker.attempt import Attempt
+from celery_outbox.workflow_dispatch import JOIN_HEADER, ending_step, handing_on
 
 logger = logging.getLogger(__name__)
 

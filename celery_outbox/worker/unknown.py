@@ -22,7 +22,7 @@ from celery_outbox.dead_letters import build_dead_letter
 from celery_outbox.escaping import escape_letter
 from celery_outbox.exceptions import NoStoreConfigured
 from celery_outbox.registry import store_for
-from celery_outbox.worker.attempt import JOIN_HEADER
+from celery_outbox.workflow_dispatch import JOIN_HEADER
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,8 @@ from sqlalchemy import Engine, event, select
 from celery_outbox import OutboxTask
 from celery_outbox.published_rows import PublishedRows, deferring
 from celery_outbox.records import Claim, StoredMessage
-from celery_outbox.registry import install_store, relay_for
+from celery_outbox.registry import install_store
+from celery_outbox.relay import relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
 from celery_outbox.state import reset
 from tests.brokers import delete_queue, take_task_ids

@@ -13,7 +13,8 @@ import pytest
 from celery import Celery
 
 from celery_outbox.config import OutboxConfig
-from celery_outbox.registry import install_store, relay_for
+from celery_outbox.registry import install_store
+from celery_outbox.relay import relay_for
 from celery_outbox.sweeper import Sweeper
 from tests.contract.conftest import STORES
 from tests.contract.harness import DjangoHarness, Harness, SQLAlchemyHarness

@@ -119,7 +119,7 @@ def world(request: pytest.FixtureRequest, broker_url: str, world_output: Path) -
 
 def close_app(app: Celery) -> None:
     """Release the relay's broker connection and the app's pools."""
-    from celery_outbox.registry import relay_for
+    from celery_outbox.relay import relay_for
 
     relay_for(app).close()
     app.close()

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from celery_outbox.clock import utcnow
-from celery_outbox.registry import relay_for, store_for
+from celery_outbox.registry import store_for
+from celery_outbox.relay import relay_for
 from django_outbox.cancelling import cancel_messages
 from django_outbox.models import OutboxMessage
 from django_outbox.store.published import settle

@@ -25,7 +25,7 @@ from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
 from celery_outbox.health import check
 from celery_outbox.records import StoredMessage
-from celery_outbox.registry import relay_for
+from celery_outbox.relay import relay_for
 from celery_outbox.storage import PublishCallback
 from celery_outbox.sweep_task import sweep_app
 from celery_outbox.sweeper import Sweeper

@@ -19,7 +19,7 @@ from typing import Any
 
 from celery_outbox.config import OutboxConfig
 from celery_outbox.records import Claim
-from celery_outbox.registry import relay_for
+from celery_outbox.relay import relay_for
 from celery_outbox.sweeper import Sweeper, SweepReport
 from tests.integration.sweep_app import app
 

@@ -34,7 +34,7 @@ from celery_outbox import broker
 from celery_outbox.broker import Deadline
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.registry import relay_for
+from celery_outbox.relay import relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, outbox_table
 from celery_outbox.sweeper import Sweeper
 from tests.conftest import StartWorker

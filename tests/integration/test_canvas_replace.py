@@ -23,7 +23,7 @@ from celery import Celery
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from celery_outbox.registry import relay_for
+from celery_outbox.relay import relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
 from tests import services
 from tests.brokers import delete_queue, new_queue_name, purge_queue

@@ -27,7 +27,8 @@ from sqlalchemy.orm import Session
 
 from celery_outbox.envelope import build_message
 from celery_outbox.records import MessageStatus, StoredMessage
-from celery_outbox.registry import relay_for, store_for
+from celery_outbox.registry import store_for
+from celery_outbox.relay import relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
 from tests import services
 from tests.integration.sweep_app import (

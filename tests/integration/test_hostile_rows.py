@@ -21,7 +21,8 @@ from sqlalchemy import insert, select
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
-from celery_outbox.registry import relay_for, store_for
+from celery_outbox.registry import store_for
+from celery_outbox.relay import relay_for
 from celery_outbox.rows import message_columns
 from celery_outbox.sqlalchemy import outbox_table
 from celery_outbox.sweep_task import SWEEP_TASK

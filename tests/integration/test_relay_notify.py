@@ -26,7 +26,8 @@ from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
 from celery_outbox.listener import Wakeups
 from celery_outbox.records import NewMessage
-from celery_outbox.registry import install_store, relay_for, store_for
+from celery_outbox.registry import install_store, store_for
+from celery_outbox.relay import relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, metadata
 from celery_outbox.sweeper import Sweeper
 from celery_outbox.wakeups import CHANNEL

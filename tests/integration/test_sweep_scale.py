@@ -18,7 +18,8 @@ from sqlalchemy import event, text
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.records import MessageStatus
-from celery_outbox.registry import relay_for, store_for
+from celery_outbox.registry import store_for
+from celery_outbox.relay import relay_for
 from celery_outbox.sweeper import Sweeper, SweepReport
 from tests.integration.sweep_app import (
     conf_env,

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from celery_outbox import tracing
 from celery_outbox.config import OutboxConfig
 from celery_outbox.dead_letters import requeue
-from celery_outbox.registry import relay_for
+from celery_outbox.relay import relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table
 from celery_outbox.sweeper import Sweeper
 from tests import services

@@ -22,7 +22,7 @@ from celery_outbox import requeue
 from celery_outbox.clock import utcnow
 from celery_outbox.exceptions import ChordTooLarge, DeadLetterCompleted
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter
-from celery_outbox.registry import relay_for
+from celery_outbox.relay import relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table
 from celery_outbox.workflows import StoredWorkflow
 from tests import services

@@ -13,7 +13,7 @@ from celery_outbox.draining import (
     publishing_held,
     run_claimed,
 )
-from celery_outbox.registry import relay_for
+from celery_outbox.relay import relay_for
 from celery_outbox.testing import InMemoryOutboxStore
 from tests.unit.test_task import TASK, app, queued, ran, store
 

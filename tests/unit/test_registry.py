@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -10,7 +11,8 @@ from celery import Celery
 
 from celery_outbox import OutboxConfigError
 from celery_outbox.exceptions import NoStoreConfigured
-from celery_outbox.registry import install_store, load_store, relay_for, store_for
+from celery_outbox.registry import install_store, load_store, store_for
+from celery_outbox.relay import relay_for
 from celery_outbox.state import default_store, reset, set_default_store
 from celery_outbox.testing import InMemoryOutboxStore
 from tests.unit.store_factories import AppStore
@@ -112,3 +114,17 @@ def test_install_store_drops_the_relay_of_the_previous_store(app: Celery) -> Non
     install_store(app, second_store)
     assert relay_for(app) is not first
     assert relay_for(app).store is second_store
+
+
+def test_relay_for_under_its_old_name_still_works_and_warns_once() -> None:
+    from celery_outbox import registry
+
+    registry._warned.clear()
+    with pytest.warns(DeprecationWarning, match="moved to celery_outbox.relay.relay_for"):
+        old = registry.relay_for
+    assert old is relay_for
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert registry.relay_for is relay_for  # once: no second warning
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        registry.nope  # noqa: B018

@@ -10,7 +10,8 @@ import pytest
 from celery import Celery
 
 from celery_outbox import OutboxConfig, state
-from celery_outbox.registry import install_store, relay_for
+from celery_outbox.registry import install_store
+from celery_outbox.relay import relay_for
 from celery_outbox.state import AppState, default_store, reset, set_default_store, state_of
 from celery_outbox.testing import InMemoryOutboxStore
 

@@ -12,7 +12,8 @@ from celery import Celery
 from celery_outbox import OutboxTask, StoreError
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
-from celery_outbox.registry import install_store, relay_for
+from celery_outbox.registry import install_store
+from celery_outbox.relay import relay_for
 from celery_outbox.sweeper import Sweeper
 from celery_outbox.testing import InMemoryOutboxStore
 

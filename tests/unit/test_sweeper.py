@@ -15,7 +15,8 @@ from celery_outbox import OutboxTask, StoreError
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
 from celery_outbox.records import Claim, MessageStatus, NewMessage
-from celery_outbox.registry import install_store, relay_for
+from celery_outbox.registry import install_store
+from celery_outbox.relay import relay_for
 from celery_outbox.sweeper import Sweeper, SweepReport
 from celery_outbox.testing import InMemoryOutboxStore
 from tests.messages import numbered

@@ -29,7 +29,8 @@ from celery_outbox.dead_letters import TRACE_OPTION, build_dead_letter, requeue
 from celery_outbox.envelope import build_message
 from celery_outbox.producers import Producers
 from celery_outbox.records import NewMessage, StoredMessage
-from celery_outbox.registry import install_store, relay_for
+from celery_outbox.registry import install_store
+from celery_outbox.relay import relay_for
 from celery_outbox.state import reset
 from celery_outbox.sweeper import Sweeper
 from celery_outbox.testing import InMemoryOutboxStore

@@ -16,8 +16,7 @@ from celery_outbox.exceptions import ChordTooLarge
 from celery_outbox.registry import install_store
 from celery_outbox.state import reset
 from celery_outbox.testing import InMemoryOutboxStore
-from celery_outbox.worker.attempt import JOIN_HEADER
-from celery_outbox.workflow_dispatch import handing_on
+from celery_outbox.workflow_dispatch import JOIN_HEADER, handing_on
 
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
 

@@ -12,7 +12,8 @@ from django.db import DEFAULT_DB_ALIAS
 
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import OutboxConfigError
-from celery_outbox.registry import relay_for, store_for
+from celery_outbox.registry import store_for
+from celery_outbox.relay import relay_for
 from celery_outbox.storage import OutboxStore
 from celery_outbox.sweeper import Sweeper
 from django_outbox.celery_app import outbox_app

@@ -17,12 +17,14 @@ from celery.exceptions import Ignore, Retry
 
 from celery_outbox import OutboxTask, Sweeper
 from celery_outbox.config import OutboxConfig
+from celery_outbox.dispatch_target import dispatch_alias
 from celery_outbox.exceptions import AtomicUnsupported, OutboxConfigError
-from celery_outbox.registry import install_store, relay_for
+from celery_outbox.registry import install_store
+from celery_outbox.relay import relay_for
 from celery_outbox.signals import task_duplicate_skipped
 from celery_outbox.task import check_app
 from celery_outbox.testing import InMemoryOutboxStore
-from celery_outbox.worker.atomic import check_atomic, dispatch_alias, serialise_result
+from celery_outbox.worker.atomic import check_atomic, serialise_result
 from celery_outbox.worker.attempt import USING_HEADER
 from tests.unit.worker.support import deliver, queued, queued_tasks
 

@@ -15,8 +15,8 @@ from celery.exceptions import Ignore, Retry
 from celery_outbox import OutboxTask
 from celery_outbox.registry import install_store
 from celery_outbox.testing import InMemoryOutboxStore
-from celery_outbox.worker.attempt import JOIN_HEADER
 from celery_outbox.worker.steps import decode_part, encode_part
+from celery_outbox.workflow_dispatch import JOIN_HEADER
 from tests.unit.worker.support import deliver, queued_tasks
 
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
