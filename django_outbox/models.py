@@ -27,7 +27,13 @@ from celery_outbox.records import (
     DeadLetterStatus,
     MessageStatus,
 )
-from django_outbox.dead_letters import discard_letter, requeue_letter
+from django_outbox.dead_letters import (
+    RequeueResult,
+    discard_letter,
+    discard_letters,
+    requeue_letter,
+    requeue_letters,
+)
 from django_outbox.overview_models import Overview as Overview
 from django_outbox.sweep_models import SweepRecord as SweepRecord
 from django_outbox.workflow_models import ChordJoin as ChordJoin
@@ -119,6 +125,16 @@ class DeadLetterQuerySet(models.QuerySet["DeadLetter"]):
     def dead(self) -> Self:
         """Letters neither requeued nor discarded."""
         return self.filter(status=DeadLetterStatus.DEAD.value)
+
+    def requeue(self, *, by: str = "", app: Celery | None = None) -> RequeueResult:
+        """Requeue every ``dead`` letter here, one transaction each, oldest failure first
+        (:func:`django_outbox.dead_letters.requeue_letters`: the one requeue path)."""
+        return requeue_letters(self, by=by, app=app)
+
+    def discard(self, *, app: Celery | None = None) -> int:
+        """Discard every ``dead`` letter here; how many were
+        (:func:`django_outbox.dead_letters.discard_letters`)."""
+        return discard_letters(self, app=app)
 
 
 #: Managers of the two models.

@@ -129,3 +129,35 @@ def test_requeue_command_report_gives_the_skipped_count() -> None:
     call_command("outbox", "requeue", "--all", stdout=out)
     assert "default: requeued 1 dead letter(s), 0 failed, 0 skipped" in out.getvalue()
     assert status_ids(DeadLetterStatus.REQUEUED) == {kept.pk}
+
+
+def test_the_queryset_requeues_and_discards_through_the_one_requeue_path() -> None:
+    # The first dead-letter contract's queryset methods (DESIGN.md, turn 2 surfaces).
+    requeued: list[str] = []
+
+    def heard(sender: Any, task_id: str, **kwargs: Any) -> None:
+        requeued.append(task_id)
+
+    dead = [make_letter(exception_type="shop.errors.Timeout") for _ in range(3)]
+    settled = make_letter(exception_type="shop.errors.Timeout", status="completed")
+    other = make_letter(exception_type="builtins.KeyError")
+    dead_letter_requeued.connect(heard)
+    try:
+        result = DeadLetter.objects.filter(exception_type="shop.errors.Timeout").requeue(by="ops")
+    finally:
+        dead_letter_requeued.disconnect(heard)
+
+    assert isinstance(result, RequeueResult)
+    assert sorted(result.requeued) == sorted(letter.pk for letter in dead)
+    assert (result.skipped, result.failed) == (1, {})  # the completed letter: never requeued
+    assert sorted(requeued) == sorted(result.requeued.values())  # through core.requeue
+    assert set(OutboxMessage.objects.values_list("task_id", flat=True)) == set(requeued)
+    for letter in dead:
+        letter.refresh_from_db()
+        assert (letter.status, letter.requeued_by) == ("requeued", "ops")
+
+    assert DeadLetter.objects.filter(pk__in=[settled.pk, other.pk]).discard() == 1
+    statuses = dict(
+        DeadLetter.objects.filter(pk__in=[settled.pk, other.pk]).values_list("pk", "status")
+    )
+    assert statuses == {settled.pk: "completed", other.pk: "discarded"}
