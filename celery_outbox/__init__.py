@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.batching import batched_dispatch
+from celery_outbox.cancelling import CancelResult, cancel
 from celery_outbox.config import OutboxConfig
 from celery_outbox.dead_letters import discard, requeue
 from celery_outbox.exceptions import (
@@ -44,6 +45,7 @@ __all__ = [
     "AtomicUnsupported",
     "BackoffPolicy",
     "BatchWriteError",
+    "CancelResult",
     "DeadLetterCompleted",
     "DeadLetterDiscarded",
     "DeadLetterStatus",
@@ -66,6 +68,7 @@ __all__ = [
     "TooManyDeliveries",
     "UnstorableResult",
     "batched_dispatch",
+    "cancel",
     "discard",
     "install_store",
     "requeue",

@@ -68,10 +68,18 @@ class MemoryWorkflows(OutboxStore):
     ) -> None:
         with self._lock:
             found = self.workflows.get(root_id)
-            if found is not None:
+            if found is not None and found.status != "cancelled":
                 self.workflows[root_id] = replace(
                     found, status="failed", failed_task_id=task_id, finished_at=now
                 )
+
+    def workflow_cancelled(self, root_id: str, *, now: datetime, using: str | None = None) -> None:
+        with self._lock:
+            found = self.workflows.get(root_id)
+            if found is not None and found.status != "succeeded":
+                self.workflows[root_id] = replace(found, status="cancelled", finished_at=now)
+            for group_id in [g for g, join in self.joins.items() if join.root_id == root_id]:
+                del self.joins[group_id]
 
     def workflow_resumed(self, root_id: str, *, using: str | None = None) -> None:
         with self._lock:

@@ -46,6 +46,30 @@ class DeadLetterStatus(str, enum.Enum):
     COMPLETED = "completed"
 
 
+@dataclass(frozen=True, kw_only=True)
+class CancelledRow:
+    """A pending row a cancel deleted: ``leased`` when a publisher had taken it (it may
+    be on the broker or in a worker: only Celery's revoke stops it); ``root_id`` the
+    workflow it was a step of, closed ``cancelled`` by the same transaction."""
+
+    id: int
+    task_id: str
+    task_name: str
+    leased: bool
+    root_id: str
+
+
+def cancelled_row(
+    row_id: int, task_id: str, task_name: str, options: Any, *, leased: bool
+) -> CancelledRow:
+    """The :class:`CancelledRow` of a stored row (its root from its message headers)."""
+    headers = options.get("headers") if isinstance(options, Mapping) else None
+    root = (headers or {}).get("root_id") or task_id
+    return CancelledRow(
+        id=row_id, task_id=task_id, task_name=task_name, leased=leased, root_id=str(root)
+    )
+
+
 def check_aware(name: str, value: datetime) -> datetime:
     """Return ``value`` if it is timezone-aware; raise ``ValueError`` naming it otherwise."""
     if value.tzinfo is None or value.utcoffset() is None:

@@ -17,6 +17,7 @@ from celery_outbox.claim_threads import ClaimThreads
 from celery_outbox.completions import CompletionStore
 from celery_outbox.monitoring import MonitoredStore
 from celery_outbox.records import (
+    CancelledRow,
     Claim,
     MessageStatus,
     NewDeadLetter,
@@ -208,6 +209,21 @@ class OutboxStore(
         relay's decision (``outbox_publish_max_attempts``), made once, not the store's.
         Fenced like :meth:`mark_published`. Returns how many rows changed.
         """
+
+    @abc.abstractmethod
+    def cancel_pending(
+        self,
+        *,
+        ids: Sequence[int] = (),
+        task_ids: Sequence[str] = (),
+        now: datetime,
+        using: str | None = None,
+    ) -> list[CancelledRow]:
+        """Cancel the ``pending`` rows among ``ids`` and ``task_ids`` (due or parked): lock
+        them, delete them, and close the workflow each was a step of as ``cancelled``
+        (:meth:`~celery_outbox.workflows.WorkflowStore.workflow_cancelled`, at ``now``),
+        all in one transaction (the caller's when there is one). Rows not ``pending`` or
+        not found are left. Returns the rows deleted, by id."""
 
     @abc.abstractmethod
     def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:

@@ -23,12 +23,14 @@ from celery_outbox.memory_monitoring import MemoryMonitoring
 from celery_outbox.memory_transactions import MemoryTransactions
 from celery_outbox.memory_workflows import MemoryJoin, MemoryWorkflows
 from celery_outbox.records import (
+    CancelledRow,
     Claim,
     MessageStatus,
     NewMessage,
     StoredCompletion,
     StoredDeadLetter,
     StoredMessage,
+    cancelled_row,
 )
 from celery_outbox.rows import message_columns, stored_message
 from celery_outbox.storage import PublishCallback, Supersedes, within_budget
@@ -233,6 +235,34 @@ class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters, MemoryWorkflows,
             for r in rows
             if r is not None and r.locked_until in leases and r.status is MessageStatus.PENDING
         ]
+
+    def cancel_pending(
+        self,
+        *,
+        ids: Sequence[int] = (),
+        task_ids: Sequence[str] = (),
+        now: datetime,
+        using: str | None = None,
+    ) -> list[CancelledRow]:
+        wanted_ids, wanted_tasks = set(ids), set(task_ids)
+        with self._lock, self.atomic():
+            found = [
+                row
+                for row in sorted(self.rows.values(), key=lambda r: r.id)
+                if row.status is MessageStatus.PENDING
+                and (row.id in wanted_ids or row.task_id in wanted_tasks)
+            ]
+            cancelled = [
+                cancelled_row(
+                    r.id, r.task_id, r.task_name, r.options, leased=r.locked_until is not None
+                )
+                for r in found
+            ]
+            for row in found:
+                del self.rows[row.id]
+            for root in dict.fromkeys(c.root_id for c in cancelled):
+                self.workflow_cancelled(root, now=now)
+        return cancelled
 
     def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:
         changed = 0

@@ -73,7 +73,13 @@ class WorkflowStore:
         self, root_id: str, task_id: str, *, now: datetime, using: str | None = None
     ) -> None:
         """Mark ``root_id``'s workflow ``failed`` by ``task_id`` (``failed_task_id``,
-        ``finished_at=now``). No such workflow: nothing."""
+        ``finished_at=now``) unless it was cancelled. No such workflow: nothing."""
+
+    def workflow_cancelled(self, root_id: str, *, now: datetime, using: str | None = None) -> None:
+        """Close ``root_id``'s workflow as ``cancelled`` (``finished_at=now``) unless it
+        succeeded, and delete its chord joins (their bodies can never run). A cancelled
+        workflow stays cancelled: a later step done, failed or resumed leaves its
+        status. No such workflow: nothing."""
 
     def workflow_resumed(self, root_id: str, *, using: str | None = None) -> None:
         """A ``failed`` workflow goes back to ``running`` (``finished_at`` cleared,

@@ -1,30 +1,18 @@
-"""Cancel pending outbox rows: the one entry the admin, ``manage.py outbox cancel`` and
-Python code use.
+"""Cancel pending outbox rows from Django: the one entry the admin, ``manage.py outbox
+cancel`` and Python code use.
 
-A cancel is a durable revoke. In one transaction it locks the selected ``pending`` rows
-(due now or parked), writes one admin-log entry per row (``django.contrib.admin``'s
-``LogEntry``: who and when) and deletes them, so no publisher ever publishes them
-afterwards. After that transaction commits it sends Celery's revoke (``app.control.revoke``)
-for every cancelled task id, in one broadcast: a row a publisher had already taken (its
-lease, ``locked_until``, was set) may be on the broker or in a worker, and the workers that
-hear the revoke drop the message instead of running it.
-
-So when a cancel reports a row cancelled, either no publisher took it (it is never
-published), or it is reported ``in_flight`` and its revoke was sent once the delete
-committed (``revoked``; ``revoke_error`` when the broker refused the broadcast). A revoke
-reaches the workers running then (and those that sync revokes from them at start-up:
-Celery's mingle, or ``--statedb``); Celery keeps a revoked id for three hours by default.
-Rows neither pending nor found are skipped. ``failed`` rows are not cancelled (they are
-not published unless reset; delete them with ``outbox purge``).
-
-Every cancel that commits is also logged (``WARNING`` on this module's logger: who, and the
+The cancel itself is the store's (:meth:`DjangoOutboxStore.cancel_pending`: lock the
+chosen ``pending`` rows, delete them, close their workflows as ``cancelled``) followed by
+Celery's revoke after commit: :mod:`celery_outbox.cancelling`, which says what a cancel
+guarantees. This module adds what Django has: one admin-log entry per row
+(``django.contrib.admin``'s ``LogEntry``: who and when), and the user named in the log.
+Every cancel that commits is logged (``WARNING`` on this module's logger: who, and the
 task ids), including one given no user, which has no admin-log entry.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Celery
@@ -33,12 +21,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import router, transaction
 from django.db.models import QuerySet
-from kombu.exceptions import KombuError
 
-from celery_outbox.broker import Deadline, close, connect
-from celery_outbox.config import OutboxConfig
-from celery_outbox.records import MessageStatus
+from celery_outbox.cancelling import ANNOUNCED_IDS, CancelResult, after_commit, result, revoke
+from celery_outbox.registry import store_for
 from django_outbox.celery_app import outbox_app
+
+__all__ = ["LOG_MESSAGE", "CancelResult", "Canceller", "cancel_messages", "revoke"]
 
 #: Who cancels: a user, a username, or ``None`` (no admin-log entry: no user to record).
 Canceller = AbstractBaseUser | str | None
@@ -47,24 +35,6 @@ logger = logging.getLogger(__name__)
 
 #: The admin-log text of a cancelled row.
 LOG_MESSAGE = "Cancelled (never to be published); revoke sent for task id {task_id}."
-
-
-@dataclass(frozen=True, kw_only=True)
-class CancelResult:
-    """What a cancel did.
-
-    ``cancelled`` maps each deleted row's id to its task id; ``in_flight`` lists the task
-    ids of those a publisher had taken (they may reach a worker: the revoke is what stops
-    them); ``skipped`` counts selected rows that were not ``pending``. ``revoked`` says
-    whether the revoke broadcast was sent (``False`` until the caller's transaction
-    commits, when the cancel ran inside one), ``revoke_error`` why it failed.
-    """
-
-    cancelled: dict[int, str] = field(default_factory=dict)
-    in_flight: tuple[str, ...] = ()
-    skipped: int = 0
-    revoked: bool = False
-    revoke_error: str = ""
 
 
 def cancel_messages(
@@ -80,56 +50,21 @@ def cancel_messages(
     app = app or outbox_app()
     user = _user(by)
     alias = rows.db
+    store = store_for(app)
     outcome: dict[str, Any] = {}
     with transaction.atomic(using=alias):
         selected = list(rows.order_by("id").values_list("id", flat=True))
-        locked = list(
-            rows.model.objects.using(alias)
-            .select_for_update()
-            .filter(id__in=selected, status=MessageStatus.PENDING.value)
-            .order_by("id")
-            .values_list("id", "task_id", "task_name", "locked_until")
-        )
-        cancelled = {pk: task_id for pk, task_id, _, _ in locked}
+        cancelled = store.cancel_pending(ids=selected, now=store.now(using=alias), using=alias)
         if user is not None:
-            _log(user, rows.model, [(pk, task_id, name) for pk, task_id, name, _ in locked])
-        rows.model.objects.using(alias).filter(id__in=list(cancelled)).delete()
-        if cancelled:
-            task_ids = list(dict.fromkeys(cancelled.values()))
-            transaction.on_commit(lambda: outcome.update(revoke(app, task_ids)), using=alias)
-            transaction.on_commit(lambda: _announce(alias, user, task_ids), using=alias)
-    return CancelResult(
-        cancelled=cancelled,
-        in_flight=tuple(task_id for _, task_id, _, lease in locked if lease is not None),
-        skipped=len(selected) - len(cancelled),
-        revoked=bool(outcome.get("revoked")),
-        revoke_error=str(outcome.get("error", "")),
-    )
-
-
-def revoke(app: Celery, task_ids: list[str]) -> dict[str, Any]:
-    """Broadcast Celery's revoke of ``task_ids`` (never terminating a running task).
-
-    Bounded by ``outbox_publish_timeout`` as a publish is; returns ``{"revoked": True}``
-    or ``{"error": why}`` (a broker that is down never fails the cancel: the rows are
-    gone, and only rows already in flight needed the revoke).
-    """
-    deadline = Deadline.after(OutboxConfig.from_celery(app).publish_timeout)
-    try:
-        conn = connect(app, deadline)
-    except (OSError, KombuError) as exc:
-        return {"error": f"revoke not sent: {exc}"}
-    try:
-        app.control.revoke(task_ids, connection=conn)
-    except (OSError, KombuError) as exc:
-        return {"error": f"revoke not sent: {exc}"}
-    finally:
-        close(conn, deadline)
-    return {"revoked": True}
-
-
-#: How many task ids a cancel's log line names (the admin log has each row).
-ANNOUNCED_IDS = 20
+            _log(user, rows.model, [(c.id, c.task_id, c.task_name) for c in cancelled])
+        after_commit(
+            app,
+            cancelled,
+            on_commit=lambda callback: transaction.on_commit(callback, using=alias),
+            outcome=outcome,
+            announce=lambda task_ids: _announce(alias, user, task_ids),
+        )
+    return result(cancelled, skipped=len(selected) - len(cancelled), outcome=outcome)
 
 
 def _announce(alias: str, user: AbstractBaseUser | None, task_ids: list[str]) -> None:

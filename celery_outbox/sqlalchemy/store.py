@@ -8,12 +8,19 @@ from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, delete, or_, select
 from sqlalchemy.orm import Session, scoped_session
 
 from celery_outbox import published_rows
 from celery_outbox.clock import Clock, utcnow
-from celery_outbox.records import Claim, MessageStatus, NewMessage, StoredMessage
+from celery_outbox.records import (
+    CancelledRow,
+    Claim,
+    MessageStatus,
+    NewMessage,
+    StoredMessage,
+    cancelled_row,
+)
 from celery_outbox.rows import message_columns
 from celery_outbox.sqlalchemy import claims, inserts, last_writes, transactions
 from celery_outbox.sqlalchemy import statements as sql
@@ -25,7 +32,7 @@ from celery_outbox.sqlalchemy.letters import SQLAlchemyDeadLetters
 from celery_outbox.sqlalchemy.monitoring import SQLAlchemyMonitoring
 from celery_outbox.sqlalchemy.tables import OutboxTables, default_tables
 from celery_outbox.sqlalchemy.wakeups import SQLAlchemyWakeups
-from celery_outbox.sqlalchemy.workflows import SQLAlchemyWorkflows
+from celery_outbox.sqlalchemy.workflows import SQLAlchemyWorkflows, mark_cancelled
 from celery_outbox.storage import PublishCallback, Supersedes
 
 
@@ -263,6 +270,41 @@ class SQLAlchemyOutboxStore(
                 error=error,
                 retry_at=retry_at,
             )
+
+    def cancel_pending(
+        self,
+        *,
+        ids: Sequence[int] = (),
+        task_ids: Sequence[str] = (),
+        now: datetime,
+        using: str | None = None,
+    ) -> list[CancelledRow]:
+        require_aware(now=now)
+        if not ids and not task_ids:
+            return []
+        table = self.tables.outbox
+        chosen = or_(table.c.id.in_(list(ids)), table.c.task_id.in_(list(task_ids)))
+        query = (
+            select(table.c.id, table.c.task_id, table.c.task_name, table.c.options)
+            .add_columns(table.c.locked_until)
+            .where(table.c.status == MessageStatus.PENDING.value, chosen)
+            .order_by(table.c.id)
+        )
+        if self.engine.dialect.name != "sqlite":
+            query = query.with_for_update()
+        with store_errors("cancel outbox rows"), self._caller_transaction() as conn:
+            found = conn.execute(query).all()
+            cancelled = [
+                cancelled_row(
+                    r.id, r.task_id, r.task_name, r.options, leased=r.locked_until is not None
+                )
+                for r in found
+            ]
+            if cancelled:
+                conn.execute(delete(table).where(table.c.id.in_([c.id for c in cancelled])))
+            for root in dict.fromkeys(c.root_id for c in cancelled):
+                mark_cancelled(conn, self.tables, root, now=now)
+        return cancelled
 
     def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:
         require_aware(now=now)

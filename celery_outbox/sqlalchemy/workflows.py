@@ -81,6 +81,11 @@ class SQLAlchemyWorkflows(OutboxStore):
         with store_errors("mark a workflow failed"), self._caller_transaction() as conn:
             mark_failed(conn, self.tables.workflow, root_id, task_id, now=now)
 
+    def workflow_cancelled(self, root_id: str, *, now: datetime, using: str | None = None) -> None:
+        require_aware(now=now)
+        with store_errors("cancel a workflow"), self._caller_transaction() as conn:
+            mark_cancelled(conn, self.tables, root_id, now=now)
+
     def workflow_resumed(self, root_id: str, *, using: str | None = None) -> None:
         with store_errors("resume a workflow"), self._caller_transaction() as conn:
             mark_resumed(conn, self.tables.workflow, root_id)
@@ -152,9 +157,20 @@ class SQLAlchemyWorkflows(OutboxStore):
 def mark_failed(
     conn: Connection, table: Table, root_id: str, task_id: str, *, now: datetime
 ) -> None:
-    """Mark ``root_id``'s workflow failed by ``task_id`` (in ``conn``'s transaction)."""
-    stmt = update(table).where(table.c.root_id == root_id)
+    """Mark ``root_id``'s workflow failed by ``task_id`` unless it was cancelled (in
+    ``conn``'s transaction)."""
+    stmt = update(table).where(table.c.root_id == root_id, table.c.status != "cancelled")
     conn.execute(stmt.values(status="failed", failed_task_id=task_id, finished_at=now))
+
+
+def mark_cancelled(conn: Connection, tables: OutboxTables, root_id: str, *, now: datetime) -> None:
+    """Close ``root_id``'s workflow ``cancelled`` unless it succeeded, and delete its chord
+    joins (in ``conn``'s transaction)."""
+    table = tables.workflow
+    stmt = update(table).where(table.c.root_id == root_id, table.c.status != "succeeded")
+    conn.execute(stmt.values(status="cancelled", finished_at=now))
+    joins = tables.chord_join
+    conn.execute(delete(joins).where(joins.c.root_id == root_id))
 
 
 def mark_resumed(conn: Connection, table: Table, root_id: str) -> None:

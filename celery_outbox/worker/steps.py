@@ -97,12 +97,21 @@ class Step:
                 exc_info=True,
             )
 
+    def _cancelled(self) -> bool:
+        """Whether this step's workflow was cancelled (its chord joins closed with it)."""
+        if self.root is None:
+            return False
+        found = store_for(self.task.app).get_workflow(self.root)
+        return found is not None and found.status == "cancelled"
+
     def _join(self, result: str | None) -> None:
         task, join = self.task, str(self.join)
         store = store_for(task.app)
         using = atomic_alias(task, self.attempt)
         part = encode_part(task, None, text=result)
         progress = store.join_part(join, self.index, part, using=using)
+        if progress is None and self._cancelled():
+            return  # its workflow was cancelled: the join was closed, the body never runs
         if progress is None:
             raise JoinMissing(
                 f"Chord {join}: its join row is missing on database {using or 'default'!r} "

@@ -16,14 +16,17 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Q
 
 from celery_outbox.records import (
+    CancelledRow,
     Claim,
     MessageStatus,
     NewDeadLetter,
     NewMessage,
     StoredDeadLetter,
     StoredMessage,
+    cancelled_row,
 )
 from celery_outbox.storage import PublishCallback, Supersedes
 from django_outbox._compat import on_commit_callbacks
@@ -36,7 +39,7 @@ from django_outbox.store.monitoring import DjangoMonitoring
 from django_outbox.store.orm import messages
 from django_outbox.store.vendors import strategy_for
 from django_outbox.store.wakeups import DjangoWakeups
-from django_outbox.store.workflows import DjangoWorkflows
+from django_outbox.store.workflows import DjangoWorkflows, mark_cancelled
 
 
 class DjangoOutboxStore(
@@ -197,6 +200,37 @@ class DjangoOutboxStore(
             return strategy_for(alias).record_failure(
                 claim, ids, error=error, retry_at=retry_at, alias=alias
             )
+
+    def cancel_pending(
+        self,
+        *,
+        ids: Sequence[int] = (),
+        task_ids: Sequence[str] = (),
+        now: datetime,
+        using: str | None = None,
+    ) -> list[CancelledRow]:
+        """Lock (``SELECT ... FOR UPDATE``), delete and close the workflows of the chosen
+        pending rows, in ``transaction.atomic`` (the caller's transaction when open)."""
+        alias = alias_of(using)
+        if not ids and not task_ids:
+            return []
+        chosen = Q(id__in=list(ids)) | Q(task_id__in=list(task_ids))
+        with store_errors("cancel outbox rows"), transaction.atomic(using=alias):
+            found = (
+                messages(alias)
+                .select_for_update()
+                .filter(chosen, status=MessageStatus.PENDING.value)
+                .order_by("id")
+                .values_list("id", "task_id", "task_name", "options", "locked_until")
+            )
+            cancelled = [
+                cancelled_row(pk, task_id, name, options, leased=lease is not None)
+                for pk, task_id, name, options, lease in found
+            ]
+            messages(alias).filter(id__in=[c.id for c in cancelled]).delete()
+            for root in dict.fromkeys(c.root_id for c in cancelled):
+                mark_cancelled(root, now=now, alias=alias)
+        return cancelled
 
     def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:
         """Make rows pending and due now; a failed row gets a fresh attempt budget."""

@@ -51,10 +51,20 @@ def joins(alias: str) -> QuerySet[ChordJoin]:
 
 
 def mark_failed(root_id: str, task_id: str, *, now: datetime, alias: str) -> None:
-    """``root_id``'s workflow ``failed`` by ``task_id`` at ``now``: one ``UPDATE``."""
-    workflows(alias).filter(root_id=root_id).update(
+    """``root_id``'s workflow ``failed`` by ``task_id`` at ``now`` unless it was cancelled:
+    one ``UPDATE``."""
+    workflows(alias).filter(root_id=root_id).exclude(status="cancelled").update(
         status="failed", failed_task_id=task_id, finished_at=now
     )
+
+
+def mark_cancelled(root_id: str, *, now: datetime, alias: str) -> None:
+    """``root_id``'s workflow ``cancelled`` at ``now`` unless it succeeded, and its chord
+    joins deleted: two statements, in the caller's transaction."""
+    workflows(alias).filter(root_id=root_id).exclude(status="succeeded").update(
+        status="cancelled", finished_at=now
+    )
+    joins(alias).filter(root_id=root_id).delete()
 
 
 def resume(root_id: str, *, alias: str) -> None:
@@ -123,6 +133,11 @@ class DjangoWorkflows(OutboxStore):
         """Mark the workflow ``failed`` by ``task_id``: one ``UPDATE``."""
         with store_errors("mark a workflow failed"):
             mark_failed(root_id, task_id, now=now, alias=alias_of(using))
+
+    def workflow_cancelled(self, root_id: str, *, now: datetime, using: str | None = None) -> None:
+        """Close the workflow ``cancelled`` and delete its chord joins."""
+        with store_errors("cancel a workflow"):
+            mark_cancelled(root_id, now=now, alias=alias_of(using))
 
     def workflow_resumed(self, root_id: str, *, using: str | None = None) -> None:
         """A ``failed`` workflow ``running`` again: one ``UPDATE``."""

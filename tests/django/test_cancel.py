@@ -20,8 +20,9 @@ from django.db import transaction
 
 from celery_outbox.clock import utcnow
 from celery_outbox.records import MessageStatus
+from celery_outbox.registry import store_for
 from django_outbox.cancelling import ANNOUNCED_IDS, cancel_messages
-from django_outbox.models import OutboxMessage
+from django_outbox.models import ChordJoin, OutboxMessage, Workflow
 from tests.django.admin_app import APP_PATH, app
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,6 +52,10 @@ def row(status: str = MessageStatus.PENDING.value, **fields: Any) -> OutboxMessa
     return OutboxMessage.objects.create(**values)
 
 
+def app_store() -> Any:
+    return store_for(app)
+
+
 def cancel(*args: str) -> str:
     out = io.StringIO()
     call_command("outbox", "cancel", *args, stdout=out)
@@ -71,6 +76,25 @@ def test_pending_and_parked_rows_are_deleted_logged_and_revoked(alice: User) -> 
         (alice.pk, str(parked.pk), DELETION),
     ]
     assert due.task_id in entries[0].change_message
+
+
+def test_a_cancelled_workflow_step_closes_its_workflow_and_chord_join(alice: User) -> None:
+    store = app_store()
+    now = utcnow()
+    store.add_workflow_steps("root-cancel", name="tests.chord", steps=3, now=now)
+    store.open_join("group-cancel", root_id="root-cancel", size=2, now=now)
+    step = row(options={"headers": {"retries": 0, "root_id": "root-cancel"}})
+
+    result = cancel_messages(OutboxMessage.objects.filter(pk=step.pk), by=alice, app=app)
+
+    assert result.cancelled == {step.pk: step.task_id}
+    workflow = Workflow.objects.get(root_id="root-cancel")
+    assert workflow.status == "cancelled"
+    assert workflow.finished_at is not None
+    assert not ChordJoin.objects.filter(root_id="root-cancel").exists()
+    out = io.StringIO()
+    call_command("outbox", "status", "--json", stdout=out)
+    assert '"cancelled": 1' in out.getvalue()
 
 
 def test_a_leased_row_is_reported_in_flight(caplog: pytest.LogCaptureFixture) -> None:

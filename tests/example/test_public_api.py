@@ -54,9 +54,11 @@ def test_every_exported_name_imports() -> None:
 
 
 def test_plumbing_is_not_exported_but_still_importable() -> None:
-    for name in ("store_for", "relay_for", "set_default_store", "load_store"):
+    for name in ("store_for", "set_default_store", "load_store"):
         assert name not in celery_outbox.__all__
         assert callable(resolve(f"celery_outbox.registry.{name}"))
+    assert "relay_for" not in celery_outbox.__all__
+    assert callable(resolve("celery_outbox.relay.relay_for"))
     assert callable(resolve("celery_outbox.state.reset"))
 
 

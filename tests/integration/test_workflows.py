@@ -18,7 +18,7 @@ from sqlalchemy import Engine, insert, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from celery_outbox import requeue
+from celery_outbox import cancel, requeue
 from celery_outbox.clock import utcnow
 from celery_outbox.exceptions import ChordTooLarge, DeadLetterCompleted
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter
@@ -284,6 +284,27 @@ def test_a_dead_lettered_chord_header_step_resumes_the_join(world: World) -> Non
     found = world.finished(root)
     assert found.status == "succeeded"
     assert world.effect("dlc-body") == [2, 5]
+
+
+def test_cancelling_a_parked_header_step_cancels_the_workflow_and_closes_its_chord(
+    world: World,
+) -> None:
+    parked = world.app.tasks[ADD].s(2, 2, "cx-h1").set(countdown=3600)
+    result = chord([world.s(ADD, 1, 1, "cx-h0"), parked])(world.s(COLLECT, "cx-body"))
+    root = str(result.parent.id)
+    parked_id = result.parent.results[1].id
+    wait_for(lambda: world.effect("cx-h0") is not None, timeout=30, what="the header step")
+
+    done = cancel(world.app, task_ids=[parked_id], by="ops")
+
+    assert list(done.cancelled.values()) == [parked_id]
+    assert (done.in_flight, done.skipped, done.revoked, done.revoke_error) == ((), 0, True, "")
+    found = world.workflow(root)
+    assert found is not None
+    assert (found.status, found.steps_done, found.steps_total) == ("cancelled", 1, 3)
+    assert found.finished_at is not None
+    assert world.store.join_part(root, 1, None) is None  # closed: its body can never run
+    assert world.effect("cx-body") is None
 
 
 def test_a_rolled_back_canvas_leaves_no_workflow_and_no_step(world: World) -> None:
