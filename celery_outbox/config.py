@@ -35,6 +35,7 @@ DEFAULTS: Mapping[str, Any] = {
     "outbox_publish_timeout": 1.0,
     "outbox_keep_completed": 7 * 24 * 3600.0,
     "outbox_chord_max_header": 1000,
+    "outbox_store_requeues": 10,
 }
 
 
@@ -58,6 +59,8 @@ RULES: Mapping[str, Rule] = {
     # None: a retry goes back to the queue its task came from.
     "outbox_retry_queue": QueueName(),
     "outbox_publish_timeout": Seconds(minimum=0.01, maximum=300.0),
+    # Put-backs of one message while the store fails before each is an ERROR.
+    "outbox_store_requeues": Count(minimum=1, maximum=10_000, unit="put-backs"),
     # A duplicate arriving after this window runs again: keep it longer than any redelivery.
     "outbox_keep_completed": Seconds(minimum=1.0, maximum=3650 * DAY),
     # Every header step locks the join row once: past this, split the chord.
@@ -110,6 +113,9 @@ class OutboxConfig:
     keep_completed: timedelta
     #: Header steps a chord joined in the database may have (``None``: no limit).
     chord_max_header: int | None
+    #: Put-backs of one message while its store fails after which each further one is
+    #: logged as an ERROR (the message is never dropped; its body never runs again).
+    store_requeues: int
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, Any]) -> OutboxConfig:

@@ -52,6 +52,31 @@ def exception_path(exc: BaseException) -> str:
     return f"{type(exc).__module__}.{type(exc).__qualname__}"
 
 
+#: Most characters a dead letter keeps of its exception message, and of its traceback:
+#: a letter then fits every database's default limits (MySQL's ``max_allowed_packet``).
+LETTER_TEXT_CHARS = 65_536
+#: Most characters of an exception, or of arguments, in one log line.
+LOG_TEXT_CHARS = 2_000
+
+
+def bounded(text: str, limit: int = LETTER_TEXT_CHARS) -> str:
+    """``text``, or its start and end with a note of what was cut and its size."""
+    if len(text) <= limit:
+        return text
+    tail = limit // 4
+    head = limit - tail
+    note = (
+        f"\n... [celery-outbox cut {len(text) - limit:,} of {len(text):,} characters here: "
+        f"the first {head:,} and the last {tail:,} are kept] ...\n"
+    )
+    return text[:head] + note + text[-tail:]
+
+
+def loggable(value: object) -> str:
+    """``repr(value)`` bounded for a log line (:data:`LOG_TEXT_CHARS`)."""
+    return bounded(repr(value), LOG_TEXT_CHARS)
+
+
 def build_dead_letter(
     *,
     task_name: str,
@@ -65,8 +90,10 @@ def build_dead_letter(
     failed_at: datetime,
     reason: str = "",
 ) -> NewDeadLetter:
-    """The dead letter of a task that ended with ``exc`` (and no retry)."""
-    message = str(exc) or reason
+    """The dead letter of a task that ended with ``exc`` (and no retry); its message and
+    traceback bounded to :data:`LETTER_TEXT_CHARS` each, with a note of what was cut."""
+    message = bounded(str(exc) or reason)
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return NewDeadLetter(
         task_id=task_id,
         task_name=task_name,
@@ -75,7 +102,7 @@ def build_dead_letter(
         options=as_json(dict(options)),
         exception_type=exception_path(exc),
         exception_message=message,
-        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        traceback=bounded(trace),
         retries=retries,
         first_failed_at=first_failed_at,
         failed_at=failed_at,

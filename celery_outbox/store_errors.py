@@ -13,16 +13,43 @@ from celery_outbox.exceptions import StoreDataError, StoreError
 
 ErrorTypes = tuple[type[BaseException], ...]
 
+#: MySQL/MariaDB error numbers of a value too large to send or hold (``max_allowed_packet``:
+#: 1153 a statement's packet, 1301 a result), raised as ``OperationalError``.
+MYSQL_REFUSED = frozenset({1153, 1301})
+#: PostgreSQL's SQLSTATE class of program limits exceeded (a value or row too large).
+POSTGRES_REFUSED_CLASS = "54"
+
+
+def refused_value(exc: BaseException) -> bool:
+    """Whether a driver error whose class says outage is a value the database refuses:
+    MySQL/MariaDB :data:`MYSQL_REFUSED`, PostgreSQL SQLSTATE class 54, SQLite's "string
+    or blob too big". Writing the same value again fails the same way."""
+    for error in (exc, getattr(exc, "orig", None), exc.__cause__):
+        if error is None:
+            continue
+        args = getattr(error, "args", ())
+        if args and isinstance(args[0], int) and args[0] in MYSQL_REFUSED:
+            return True
+        state = getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)
+        if isinstance(state, str) and state.startswith(POSTGRES_REFUSED_CLASS):
+            return True
+        if "string or blob too big" in str(error):
+            return True
+    return False
+
 
 @contextmanager
 def store_errors(action: str, *, data: ErrorTypes, outage: ErrorTypes) -> Iterator[None]:
     """Raise a ``data`` error (a value the database refuses: not an outage, the same
     write fails again) as :class:`StoreDataError`, an ``outage`` error (driver, pool)
-    as :class:`StoreError`; the cause is chained and never swallowed, so the caller's
+    as :class:`StoreError` (unless :func:`refused_value` says it is a value refused); the
+    cause is chained and never swallowed, so the caller's
     transaction still rolls back. ``action`` completes "celery-outbox could not ..."."""
     try:
         yield
     except data as exc:
         raise StoreDataError(f"celery-outbox could not {action}: {exc}") from exc
     except outage as exc:
+        if refused_value(exc):
+            raise StoreDataError(f"celery-outbox could not {action}: {exc}") from exc
         raise StoreError(f"celery-outbox could not {action}: {exc}") from exc

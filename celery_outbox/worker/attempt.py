@@ -20,6 +20,9 @@ from celery_outbox.exceptions import OutboxConfigError
 FIRST_FAILED_HEADER = "outbox_first_failed_at"
 #: Message header counting how often a message was put back because the store failed.
 REQUEUES_HEADER = "outbox_requeues"
+#: Message header of a message put back because its dead letter could not be written:
+#: the letter's failure (JSON), written by the next delivery without running the body.
+PENDING_LETTER_HEADER = "outbox_pending_letter"
 #: Message header naming the database alias a task was dispatched with (``using=``).
 USING_HEADER = "outbox_using"
 #: Message header of a retry sent to a retry queue: where the task came from (JSON of
@@ -40,7 +43,8 @@ class Attempt:
     ``trace`` is the trace context the message was delivered with (its headers, empty
     without OpenTelemetry or a traced dispatch: :mod:`celery_outbox.tracing`).
     ``home`` is where the task came from when this delivery is a retry on a retry queue
-    (``None``: it came from where it was delivered from).
+    (``None``: it came from where it was delivered from). ``pending_letter`` is the
+    failure of a run whose dead letter could not be written (:data:`PENDING_LETTER_HEADER`).
     """
 
     task_name: str
@@ -55,6 +59,7 @@ class Attempt:
     using: str | None = None
     trace: Mapping[str, str] = field(default_factory=dict)
     home: Mapping[str, Any] | None = None
+    pending_letter: Mapping[str, Any] | None = None
 
     @property
     def redelivered(self) -> bool:
@@ -143,7 +148,20 @@ def attempt_from_request(task: Task[Any, Any], request: Any) -> Attempt:
         using=_text(getattr(request, USING_HEADER, None)),
         trace=delivered_headers(request, tracing.fields()),
         home=_home(getattr(request, HOME_HEADER, None)),
+        pending_letter=_pending_letter(getattr(request, PENDING_LETTER_HEADER, None)),
     )
+
+
+def _pending_letter(value: Any) -> dict[str, Any] | None:
+    """The failure in a :data:`PENDING_LETTER_HEADER`; ``None`` for none, or one this
+    library did not write."""
+    try:
+        found = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    if not isinstance(found, dict) or not isinstance(found.get("exception_type"), str):
+        return None
+    return found
 
 
 def _text(value: Any) -> str | None:

@@ -16,7 +16,15 @@ from celery import Task
 
 from celery_outbox import tracing
 from celery_outbox.canvas_shape import canvas_options, workflow_root
-from celery_outbox.dead_letters import TRACE_OPTION, build_dead_letter
+from celery_outbox.clock import utcnow
+from celery_outbox.dead_letters import (
+    LOG_TEXT_CHARS,
+    TRACE_OPTION,
+    as_json,
+    bounded,
+    build_dead_letter,
+    loggable,
+)
 from celery_outbox.escaping import escape_letter, minimal_letter
 from celery_outbox.exceptions import (
     OutboxConfigError,
@@ -77,17 +85,83 @@ def write_dead_letter(
     except _Refused as refused:
         letter_id = _add_minimal_letter(task, attempt, letter, refused.cause)
     logger.error(
-        "celery-outbox: %s[%s] is a dead letter (%s): %r",
+        "celery-outbox: %s[%s] is a dead letter (%s): %s",
         task.name,
         attempt.task_id,
         outcome.value,
-        exc,
+        loggable(exc),
     )
     if letter_id is not None:
         task_dead_lettered.send(
             sender=task, letter_id=letter_id, task_id=attempt.task_id, exception=exc
         )
     return letter_id
+
+
+#: Most characters of a pending letter's message, and of its traceback, in its header (a
+#: message header must stay small: RabbitMQ's frames are 128 KiB).
+PENDING_TEXT_CHARS = 8_192
+
+
+def pending_letter(letter: NewDeadLetter) -> dict[str, Any]:
+    """What a put-back message carries of ``letter`` (:data:`PENDING_LETTER_HEADER`):
+    its failure, bounded; the arguments are the message's own."""
+    return {
+        "exception_type": letter.exception_type,
+        "exception_message": bounded(letter.exception_message, PENDING_TEXT_CHARS),
+        "traceback": bounded(letter.traceback, PENDING_TEXT_CHARS),
+        "retries": letter.retries,
+        "first_failed_at": letter.first_failed_at.isoformat(),
+        "failed_at": letter.failed_at.isoformat(),
+    }
+
+
+def write_pending_letter(task: Task[Any, Any], attempt: Attempt) -> int | None:
+    """Write the dead letter a put-back message carries (its body is not run again): the
+    failure from its header, the arguments from the message. The store still failing
+    puts it back again (:func:`requeue_later`)."""
+    pending = attempt.pending_letter or {}
+    letter = escape_letter(
+        NewDeadLetter(
+            task_id=attempt.task_id,
+            task_name=task.name,
+            args=as_json(list(attempt.args)),
+            kwargs=as_json(dict(attempt.kwargs)),
+            options=as_json(_letter_options(attempt)),
+            exception_type=str(pending.get("exception_type")),
+            exception_message=str(pending.get("exception_message") or ""),
+            traceback=str(pending.get("traceback") or ""),
+            retries=int(pending.get("retries") or attempt.retries),
+            first_failed_at=_instant(pending.get("first_failed_at")),
+            failed_at=_instant(pending.get("failed_at")),
+        )
+    )
+    try:
+        letter_id: int | None = _add_dead_letter(task, attempt, letter)
+    except _Refused as refused:
+        letter_id = _add_minimal_letter(task, attempt, letter, refused.cause)
+    logger.error(
+        "celery-outbox: %s[%s] is a dead letter, written once its store was back (%s: %s)",
+        task.name,
+        attempt.task_id,
+        letter.exception_type,
+        bounded(letter.exception_message, LOG_TEXT_CHARS),
+    )
+    if letter_id is not None:
+        task_dead_lettered.send(
+            sender=task,
+            letter_id=letter_id,
+            task_id=attempt.task_id,
+            exception=StoreError(f"{letter.exception_type}: {letter.exception_message}"),
+        )
+    return letter_id
+
+
+def _instant(value: Any) -> datetime:
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        return utcnow()
 
 
 def write_config_dead_letter(
@@ -172,7 +246,7 @@ def _add_dead_letter(task: Task[Any, Any], attempt: Attempt, letter: NewDeadLett
         logger.exception(
             "celery-outbox: could not write the dead letter of %s[%s]", task.name, attempt.task_id
         )
-        requeue_later(task, attempt, write_exc)
+        requeue_later(task, attempt, write_exc, letter=pending_letter(letter))
     except Exception as other:  # a driver's value error (no DB-API class): data, not outage
         raise _Refused(other) from other
 
@@ -183,12 +257,12 @@ def _add_minimal_letter(
     """Write the minimal letter of ``letter``; ``None`` (logged) if refused too."""
     logger.error(
         "celery-outbox: the dead letter of %s[%s] was refused (%r); storing it without "
-        "its arguments, which were: args=%r kwargs=%r",
+        "its arguments, which were: args=%s kwargs=%s",
         task.name,
         attempt.task_id,
-        cause,
-        attempt.args,
-        attempt.kwargs,
+        loggable(cause),
+        loggable(attempt.args),
+        loggable(attempt.kwargs),
     )
     try:
         return _add_dead_letter(task, attempt, minimal_letter(letter, cause))

@@ -20,7 +20,10 @@ from celery.exceptions import Ignore, Reject, Retry
 
 from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import utcnow
+from celery_outbox.config import DEFAULTS, OutboxConfig
+from celery_outbox.dead_letters import loggable
 from celery_outbox.envelope import build_message
+from celery_outbox.exceptions import OutboxConfigError
 from celery_outbox.records import NewMessage
 from celery_outbox.registry import store_for
 from celery_outbox.relay import relay_for
@@ -29,6 +32,7 @@ from celery_outbox.superseding import superseding
 from celery_outbox.worker.attempt import (
     FIRST_FAILED_HEADER,
     HOME_HEADER,
+    PENDING_LETTER_HEADER,
     REQUEUES_HEADER,
     Attempt,
 )
@@ -117,33 +121,58 @@ def _scheduled(
     return Retry(exc=exc, when=eta)
 
 
-def requeue_later(task: Task[Any, Any], attempt: Attempt, cause: Exception) -> NoReturn:
+def requeue_later(
+    task: Task[Any, Any],
+    attempt: Attempt,
+    cause: Exception,
+    *,
+    letter: Mapping[str, Any] | None = None,
+) -> NoReturn:
     """The store is unreachable: put this message back after a backoff, not at once.
 
     The same message (task id, retries, headers) is published again with an ETA on
     :data:`STORE_BACKOFF`'s window for how often it was put back, and this delivery is
     acknowledged (``Ignore``). Only if the broker refuses too is the message rejected
     with requeue, so a long store outage never turns into a hot redelivery loop and
-    nothing is lost.
+    nothing is lost. ``letter`` (the failure of a run whose dead letter could not be
+    written) rides along: the next delivery writes it without running the body again.
+    Past ``outbox_store_requeues`` put-backs each one is an ERROR naming the task id and
+    the last error.
     """
     now = utcnow()
     eta = now + STORE_BACKOFF.delay_for(attempt.requeues)
     headers: dict[str, Any] = {REQUEUES_HEADER: attempt.requeues + 1}
+    pending = letter if letter is not None else attempt.pending_letter
+    if pending is not None:
+        headers[PENDING_LETTER_HEADER] = json.dumps(dict(pending))
     if attempt.first_failed_at is not None:
         headers[FIRST_FAILED_HEADER] = attempt.first_failed_at.isoformat()
     if attempt.home is not None:  # put back on the retry queue: keep the task's own routing
         headers[HOME_HEADER] = json.dumps(dict(attempt.home))
     options = attempt.resend_options(eta=eta, retries=attempt.retries, headers=headers)
     if _publish_eta(task, attempt, _message(task, attempt, options, now=now)):
-        logger.warning(
-            "celery-outbox: store unreachable (%s); %s[%s] put back until %s",
-            cause,
+        level = logging.WARNING
+        if attempt.requeues + 1 > _store_requeues(task):
+            level = logging.ERROR
+        logger.log(
+            level,
+            "celery-outbox: store unreachable (%s); %s[%s] put back until %s (put-back %d%s)",
+            loggable(cause),
             task.name,
             attempt.task_id,
             eta.isoformat(),
+            attempt.requeues + 1,
+            "; its dead letter waits: the task will not run again" if pending else "",
         )
         raise Ignore()
     raise Reject(cause, requeue=True)
+
+
+def _store_requeues(task: Task[Any, Any]) -> int:
+    try:
+        return OutboxConfig.from_celery(task.app).store_requeues
+    except OutboxConfigError:  # settings broken at runtime: warn at the default
+        return int(DEFAULTS["outbox_store_requeues"])
 
 
 def _message(

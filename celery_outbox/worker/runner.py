@@ -26,6 +26,7 @@ from celery_outbox.registry import store_for
 from celery_outbox.storage import OutboxStore
 from celery_outbox.worker.attempt import Attempt
 from celery_outbox.worker.letters import (
+    write_pending_letter,
     write_redelivery_dead_letter,
     write_unreadable_limit_dead_letter,
 )
@@ -73,7 +74,11 @@ def run_attempt(
 ) -> Any:
     """Run ``attempt`` (``call`` runs the task body); on failure retry it without
     sleeping, or write its dead letter. A redelivered message is counted first, and
-    dead-lettered without running past ``outbox_max_deliveries``."""
+    dead-lettered without running past ``outbox_max_deliveries``. A message put back
+    because its dead letter could not be written writes that letter and does not run."""
+    if attempt.pending_letter is not None:
+        write_pending_letter(task, attempt)
+        raise Ignore()
     with _running_attempt(attempt) as run:
         if attempt.redelivered:
             return _run_redelivered(task, run, call, rng)

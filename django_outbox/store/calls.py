@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, DataError, IntegrityError, connections
 
 from celery_outbox.exceptions import StoreDataError, StoreError
+from celery_outbox.store_errors import refused_value
 
 #: The alias of the atomic task whose transaction is open in this context.
 _RUNNING: ContextVar[str | None] = ContextVar("django_outbox_atomic_alias", default=None)
@@ -75,7 +76,18 @@ def store_errors(
     except DatabaseError as exc:
         if unless(exc):
             raise
+        if refused_value(exc):  # too large (MySQL's max_allowed_packet ...): not an outage
+            _drop_broken_connections()
+            raise StoreDataError(f"celery-outbox could not {action}: {exc}") from exc
         raise StoreError(f"celery-outbox could not {action}: {exc}") from exc
+
+
+def _drop_broken_connections() -> None:
+    """Close the connections a refused value broke (MariaDB drops a connection after a
+    packet over ``max_allowed_packet``), outside atomic blocks: the next call reconnects."""
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
 
 
 def refresh_connection(alias: str) -> None:

@@ -66,6 +66,7 @@ def create_retry_app(
     task(base=OutboxTask, bind=True, name="retry.healthy")(healthy)
     task(base=OutboxTask, bind=True, name="retry.poison", max_retries=1, retry_backoff=0.05)(poison)
     task(base=OutboxTask, bind=True, name="retry.poison_once", max_retries=0)(poison)
+    task(base=OutboxTask, bind=True, name="retry.huge", max_retries=0)(huge)
     task(base=OutboxTask, bind=True, name="retry.bad_retry_call")(bad_retry_call)
     task(base=OutboxTask, bind=True, name="retry.options_changed")(options_changed)
     task(base=OutboxTask, bind=True, name="retry.new_arguments")(new_arguments)
@@ -140,6 +141,12 @@ def poison(self: Task[Any, Any], key: str, *values: Any, **named: Any) -> None:
     """Fail with NUL and a lone surrogate in the message (the arguments may hold NaN too)."""
     log(self, key)
     raise ValueError(f"poison {key}: nul=\x00 surrogate=\ud800")
+
+
+def huge(self: Task[Any, Any], key: str, size: int) -> None:
+    """Fail with an exception message of ``size`` characters (issue 43: 9,000,000)."""
+    log(self, key)
+    raise ValueError("x" * size)
 
 
 def bad_retry_call(self: Task[Any, Any], key: str, arguments: dict[str, Any]) -> None:

@@ -230,3 +230,31 @@ def test_discard_marks_a_dead_letter_once(app: Celery, store: InMemoryOutboxStor
     stored = store.get_dead_letter(letter_id)
     assert stored is not None
     assert stored.status is DeadLetterStatus.DISCARDED
+
+
+def test_a_huge_exception_makes_a_bounded_letter_saying_what_was_cut() -> None:
+    from datetime import datetime, timezone
+
+    from celery_outbox.dead_letters import LETTER_TEXT_CHARS, bounded, build_dead_letter, loggable
+
+    now = datetime.now(timezone.utc)
+    try:
+        raise ValueError("x" * 9_000_000)
+    except ValueError as exc:
+        letter = build_dead_letter(
+            task_name="t",
+            task_id="id",
+            args=[],
+            kwargs={},
+            options={},
+            exc=exc,
+            retries=0,
+            first_failed_at=now,
+            failed_at=now,
+        )
+    assert len(letter.exception_message) < LETTER_TEXT_CHARS + 200
+    assert "cut 8,934,464 of 9,000,000 characters" in letter.exception_message
+    assert len(letter.traceback) < LETTER_TEXT_CHARS + 200
+    assert letter.traceback.startswith("Traceback")
+    assert bounded("short") == "short"
+    assert len(loggable("y" * 100_000)) < 2_200

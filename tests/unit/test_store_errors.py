@@ -44,3 +44,37 @@ def test_a_data_error_is_told_apart_from_the_outage_it_subclasses() -> None:
         store_errors("write a row", data=(RefusedByDriver,), outage=(Down,)),
     ):
         raise RefusedByDriver("value too long")
+
+
+def test_a_value_too_large_is_refused_data_whatever_class_the_driver_gives_it() -> None:
+    import sqlite3
+
+    import psycopg
+    import pymysql
+    from sqlalchemy import exc as sa_exc
+
+    from celery_outbox.store_errors import refused_value
+
+    packet = pymysql.err.OperationalError(1153, "Got a packet bigger than 'max_allowed_packet'")
+    gone = pymysql.err.OperationalError(2006, "MySQL server has gone away")
+    limit = psycopg.errors.ProgramLimitExceeded("index row size exceeds maximum")
+    blob = sqlite3.DataError("string or blob too big")
+    assert [refused_value(e) for e in (packet, limit, blob)] == [True, True, True]
+    assert refused_value(gone) is False  # an outage: put back, never taken for data
+    wrapped = sa_exc.OperationalError("INSERT ...", {}, packet)  # SQLAlchemy keeps .orig
+    assert refused_value(wrapped) is True
+    cause = RuntimeError("wrapped")  # Django chains the driver's error as __cause__
+    cause.__cause__ = packet
+    assert refused_value(cause) is True
+
+
+def test_a_refused_value_leaves_the_store_as_a_data_error() -> None:
+    import pymysql
+
+    from celery_outbox.exceptions import StoreDataError
+    from celery_outbox.store_errors import store_errors
+
+    packet = pymysql.err.OperationalError(1153, "Got a packet bigger than 'max_allowed_packet'")
+    translated = store_errors("write a letter", data=(ValueError,), outage=(pymysql.err.Error,))
+    with pytest.raises(StoreDataError, match="could not write a letter"), translated:
+        raise packet
