@@ -15,7 +15,10 @@ reaches the workers running then (and those that sync revokes from them at start
 Celery's mingle, or ``--statedb``); Celery keeps a revoked id for three hours by default.
 Rows neither pending nor found are skipped; ``failed`` rows are not cancelled (they are
 not published unless reset: purge them instead). Every cancel that commits is logged
-(``WARNING`` on this module's logger: who, and the task ids).
+(``WARNING`` on this module's logger: who, and the task ids), and so is a revoke that
+could not be sent (``ERROR`` when a cancelled row was in flight: it may still run). The
+result tells the revoke once the cancel's transaction committed (:class:`Revocation`),
+also when that is the caller's transaction, committed after :func:`cancel` returned.
 
 The Django surfaces (admin button, ``manage.py outbox cancel``,
 ``django_outbox.cancelling.cancel_messages``) cancel through the same store call and add
@@ -25,7 +28,7 @@ an admin-log entry per row.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,13 +37,22 @@ from kombu.exceptions import KombuError
 
 from celery_outbox.broker import Deadline, close, connect
 from celery_outbox.config import OutboxConfig
-from celery_outbox.records import CancelledRow
+from celery_outbox.records import TASK_ID_MAX_LENGTH, CancelledRow
 from celery_outbox.registry import store_for
 
 logger = logging.getLogger(__name__)
 
 #: How many task ids a cancel's log line names.
 ANNOUNCED_IDS = 20
+
+
+@dataclass(eq=False)
+class Revocation:
+    """The revoke of a cancel's task ids, filled in once the cancel's transaction committed
+    and the broadcast was tried: ``sent``, or ``error`` saying why not."""
+
+    sent: bool = False
+    error: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,23 +62,32 @@ class CancelResult:
     ``cancelled`` maps each deleted row's id to its task id; ``in_flight`` lists the task
     ids of those a publisher had taken (they may reach a worker: the revoke is what stops
     them); ``skipped`` counts what was chosen but not cancelled (not ``pending``, or not
-    found). ``revoked`` says whether the revoke broadcast was sent (``False`` until the
-    caller's transaction commits, when the cancel ran inside one), ``revoke_error`` why
-    it failed.
+    found). :attr:`revoked` and :attr:`revoke_error` read the revoke, sent once the
+    cancel's transaction commits: ``False`` and ``""`` until then (for ever when it rolled
+    back), the outcome after, also when the caller committed after the cancel returned.
     """
 
     cancelled: dict[int, str] = field(default_factory=dict)
     in_flight: tuple[str, ...] = ()
     skipped: int = 0
-    revoked: bool = False
-    revoke_error: str = ""
+    revocation: Revocation = field(default_factory=Revocation)
+
+    @property
+    def revoked(self) -> bool:
+        """Whether the revoke broadcast was sent."""
+        return self.revocation.sent
+
+    @property
+    def revoke_error(self) -> str:
+        """Why the revoke broadcast was not sent (``""`` when it was, or not yet tried)."""
+        return self.revocation.error
 
 
 def cancel(
     app: Celery,
     *,
-    ids: Sequence[int] = (),
-    task_ids: Sequence[str] = (),
+    ids: Iterable[int] = (),
+    task_ids: Iterable[str] = (),
     by: str = "",
     using: str | None = None,
 ) -> CancelResult:
@@ -75,22 +96,51 @@ def cancel(
     The rows are deleted and their workflows closed in the caller's transaction (or one
     of their own); the revoke is sent after it commits. ``by`` names who cancels, for the
     log.
+
+    Raises
+    ------
+    TypeError
+        ``ids`` or ``task_ids`` is one string rather than a collection of them.
+    ValueError
+        A row id that is not a positive integer, or a task id that is not a string of 1
+        to 255 characters: nothing is cancelled.
     """
+    wanted_ids, wanted_tasks = chosen(ids, task_ids)
     store = store_for(app)
     rows = store.cancel_pending(
-        ids=list(ids), task_ids=list(task_ids), now=store.now(using=using), using=using
+        ids=wanted_ids, task_ids=wanted_tasks, now=store.now(using=using), using=using
     )
-    outcome: dict[str, Any] = {}
+    revocation = Revocation()
     after_commit(
         app,
         rows,
         on_commit=lambda callback: store.on_commit(callback, using=using),
-        outcome=outcome,
+        revocation=revocation,
         announce=lambda task_ids: announce(task_ids, by=by or "no name given", where=using),
     )
-    chosen = len(set(ids)) + len(set(task_ids))
-    found = len({r.id for r in rows} & set(ids)) + len({r.task_id for r in rows} & set(task_ids))
-    return result(rows, skipped=chosen - found, outcome=outcome)
+    found = len({r.id for r in rows} & set(wanted_ids))
+    found += len({r.task_id for r in rows} & set(wanted_tasks))
+    return result(rows, skipped=len(wanted_ids) + len(wanted_tasks) - found, revocation=revocation)
+
+
+def chosen(ids: Iterable[int], task_ids: Iterable[str]) -> tuple[list[int], list[str]]:
+    """The row ids and task ids a cancel is given, each once, checked (see :func:`cancel`:
+    a string would be read as its characters, and Django reads ``"12"`` as row id 12)."""
+    for name, given in (("ids", ids), ("task_ids", task_ids)):
+        if isinstance(given, (str, bytes)):
+            raise TypeError(f"cancel: {name}={given!r} is a string: give a list of them.")
+    rows = list(dict.fromkeys(ids))
+    for row_id in rows:
+        if not isinstance(row_id, int) or isinstance(row_id, bool) or row_id < 1:
+            raise ValueError(f"cancel: row id {row_id!r} is not accepted: give a positive integer.")
+    tasks = list(dict.fromkeys(task_ids))
+    for task_id in tasks:
+        if not isinstance(task_id, str) or not 0 < len(task_id) <= TASK_ID_MAX_LENGTH:
+            raise ValueError(
+                f"cancel: task id {task_id!r} is not accepted: give a string of 1 to "
+                f"{TASK_ID_MAX_LENGTH} characters."
+            )
+    return rows, tasks
 
 
 def after_commit(
@@ -98,26 +148,44 @@ def after_commit(
     rows: Sequence[CancelledRow],
     *,
     on_commit: Callable[[Callable[[], None]], None],
-    outcome: dict[str, Any],
+    revocation: Revocation,
     announce: Callable[[list[str]], None],
 ) -> None:
     """Once the cancel's transaction commits: the revoke of the cancelled task ids (its
-    outcome into ``outcome``), then ``announce`` of them."""
+    outcome into ``revocation``, a failure logged), then ``announce`` of them."""
     if not rows:
         return
     task_ids = list(dict.fromkeys(row.task_id for row in rows))
-    on_commit(lambda: outcome.update(revoke(app, task_ids)))
+    in_flight = [row.task_id for row in rows if row.leased]
+    on_commit(lambda: _revoke_into(revocation, app, task_ids, in_flight))
     on_commit(lambda: announce(task_ids))
 
 
-def result(rows: Sequence[CancelledRow], *, skipped: int, outcome: dict[str, Any]) -> CancelResult:
-    """The :class:`CancelResult` of ``rows`` (``outcome``: the revoke's, once sent)."""
+def result(rows: Sequence[CancelledRow], *, skipped: int, revocation: Revocation) -> CancelResult:
+    """The :class:`CancelResult` of ``rows`` (``revocation``: filled once sent)."""
     return CancelResult(
         cancelled={row.id: row.task_id for row in rows},
         in_flight=tuple(row.task_id for row in rows if row.leased),
         skipped=skipped,
-        revoked=bool(outcome.get("revoked")),
-        revoke_error=str(outcome.get("error", "")),
+        revocation=revocation,
+    )
+
+
+def _revoke_into(
+    revocation: Revocation, app: Celery, task_ids: list[str], in_flight: list[str]
+) -> None:
+    outcome = revoke(app, task_ids)
+    revocation.sent, revocation.error = bool(outcome.get("revoked")), str(outcome.get("error", ""))
+    if revocation.sent:
+        return
+    # Never silent: the caller may have committed long after the cancel returned.
+    logger.log(
+        logging.ERROR if in_flight else logging.WARNING,
+        "Cancelled %d outbox row(s), %s; %d of them in flight and may still run: %s",
+        len(task_ids),
+        revocation.error,
+        len(in_flight),
+        ", ".join(in_flight[:ANNOUNCED_IDS]) or "none",
     )
 
 

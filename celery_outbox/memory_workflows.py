@@ -9,7 +9,13 @@ from datetime import datetime
 
 from celery_outbox.join_parts import empty_parts, part_results, with_part
 from celery_outbox.storage import OutboxStore
-from celery_outbox.workflows import WORKFLOW_STATUSES, JoinProgress, StoredWorkflow, WorkflowStatus
+from celery_outbox.workflows import (
+    CANCELLABLE,
+    WORKFLOW_STATUSES,
+    JoinProgress,
+    StoredWorkflow,
+    WorkflowStatus,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,8 +82,9 @@ class MemoryWorkflows(OutboxStore):
     def workflow_cancelled(self, root_id: str, *, now: datetime, using: str | None = None) -> None:
         with self._lock:
             found = self.workflows.get(root_id)
-            if found is not None and found.status != "succeeded":
-                self.workflows[root_id] = replace(found, status="cancelled", finished_at=now)
+            if found is None or found.status not in CANCELLABLE:
+                return
+            self.workflows[root_id] = replace(found, status="cancelled", finished_at=now)
             for group_id in [g for g, join in self.joins.items() if join.root_id == root_id]:
                 del self.joins[group_id]
 

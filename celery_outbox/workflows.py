@@ -23,6 +23,8 @@ from typing import Literal
 WorkflowStatus = Literal["running", "succeeded", "failed", "cancelled"]
 #: Every workflow status, in the order surfaces list them.
 WORKFLOW_STATUSES: tuple[WorkflowStatus, ...] = ("running", "succeeded", "failed", "cancelled")
+#: The statuses a cancelled step closes its workflow from (it ends ``cancelled``).
+CANCELLABLE: tuple[WorkflowStatus, ...] = ("running", "failed")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,10 +78,12 @@ class WorkflowStore:
         ``finished_at=now``) unless it was cancelled. No such workflow: nothing."""
 
     def workflow_cancelled(self, root_id: str, *, now: datetime, using: str | None = None) -> None:
-        """Close ``root_id``'s workflow as ``cancelled`` (``finished_at=now``) unless it
-        succeeded, and delete its chord joins (their bodies can never run). A cancelled
-        workflow stays cancelled: a later step done, failed or resumed leaves its
-        status. No such workflow: nothing."""
+        """Close ``root_id``'s ``running`` or ``failed`` workflow as ``cancelled``
+        (``finished_at=now``, ``failed_task_id`` kept) and delete its chord joins (their
+        bodies can never run). A cancelled workflow stays cancelled: a later step done,
+        failed or resumed leaves its status, and a second cancel its ``finished_at`` and
+        any join opened since. A ``succeeded`` workflow is left as it is. No such
+        workflow: nothing."""
 
     def workflow_resumed(self, root_id: str, *, using: str | None = None) -> None:
         """A ``failed`` workflow goes back to ``running`` (``finished_at`` cleared,

@@ -22,7 +22,14 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import router, transaction
 from django.db.models import QuerySet
 
-from celery_outbox.cancelling import ANNOUNCED_IDS, CancelResult, after_commit, result, revoke
+from celery_outbox.cancelling import (
+    ANNOUNCED_IDS,
+    CancelResult,
+    Revocation,
+    after_commit,
+    result,
+    revoke,
+)
 from celery_outbox.registry import store_for
 from django_outbox.celery_app import outbox_app
 
@@ -51,7 +58,7 @@ def cancel_messages(
     user = _user(by)
     alias = rows.db
     store = store_for(app)
-    outcome: dict[str, Any] = {}
+    revocation = Revocation()
     with transaction.atomic(using=alias):
         selected = list(rows.order_by("id").values_list("id", flat=True))
         cancelled = store.cancel_pending(ids=selected, now=store.now(using=alias), using=alias)
@@ -61,10 +68,10 @@ def cancel_messages(
             app,
             cancelled,
             on_commit=lambda callback: transaction.on_commit(callback, using=alias),
-            outcome=outcome,
+            revocation=revocation,
             announce=lambda task_ids: _announce(alias, user, task_ids),
         )
-    return result(cancelled, skipped=len(selected) - len(cancelled), outcome=outcome)
+    return result(cancelled, skipped=len(selected) - len(cancelled), revocation=revocation)
 
 
 def _announce(alias: str, user: AbstractBaseUser | None, task_ids: list[str]) -> None:

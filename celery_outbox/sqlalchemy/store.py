@@ -304,6 +304,8 @@ class SQLAlchemyOutboxStore(
                 conn.execute(delete(table).where(table.c.id.in_([c.id for c in cancelled])))
             for root in dict.fromkeys(c.root_id for c in cancelled):
                 mark_cancelled(conn, self.tables, root, now=now)
+        if cancelled:
+            self._doubt_rows()  # one may be a row this transaction wrote, to publish on commit
         return cancelled
 
     def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:

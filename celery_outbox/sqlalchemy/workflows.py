@@ -40,7 +40,13 @@ from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
 from celery_outbox.sqlalchemy.counting import bound_on, bounded_count
 from celery_outbox.sqlalchemy.tables import OutboxTables
 from celery_outbox.storage import OutboxStore
-from celery_outbox.workflows import WORKFLOW_STATUSES, JoinProgress, StoredWorkflow, WorkflowStatus
+from celery_outbox.workflows import (
+    CANCELLABLE,
+    WORKFLOW_STATUSES,
+    JoinProgress,
+    StoredWorkflow,
+    WorkflowStatus,
+)
 
 _WORKFLOW_FIELDS = tuple(f.name for f in fields(StoredWorkflow))
 
@@ -164,13 +170,13 @@ def mark_failed(
 
 
 def mark_cancelled(conn: Connection, tables: OutboxTables, root_id: str, *, now: datetime) -> None:
-    """Close ``root_id``'s workflow ``cancelled`` unless it succeeded, and delete its chord
-    joins (in ``conn``'s transaction)."""
+    """Close ``root_id``'s running or failed workflow ``cancelled``, and then delete its
+    chord joins (in ``conn``'s transaction)."""
     table = tables.workflow
-    stmt = update(table).where(table.c.root_id == root_id, table.c.status != "succeeded")
-    conn.execute(stmt.values(status="cancelled", finished_at=now))
-    joins = tables.chord_join
-    conn.execute(delete(joins).where(joins.c.root_id == root_id))
+    stmt = update(table).where(table.c.root_id == root_id, table.c.status.in_(CANCELLABLE))
+    if conn.execute(stmt.values(status="cancelled", finished_at=now)).rowcount:
+        joins = tables.chord_join
+        conn.execute(delete(joins).where(joins.c.root_id == root_id))
 
 
 def mark_resumed(conn: Connection, table: Table, root_id: str) -> None:

@@ -97,11 +97,12 @@ class Step:
                 exc_info=True,
             )
 
-    def _cancelled(self) -> bool:
-        """Whether this step's workflow was cancelled (its chord joins closed with it)."""
+    def _cancelled(self, using: str | None) -> bool:
+        """Whether this step's workflow, on database ``using`` (its join's), was cancelled
+        (its chord joins closed with it)."""
         if self.root is None:
             return False
-        found = store_for(self.task.app).get_workflow(self.root)
+        found = store_for(self.task.app).get_workflow(self.root, using=using)
         return found is not None and found.status == "cancelled"
 
     def _join(self, result: str | None) -> None:
@@ -110,7 +111,7 @@ class Step:
         using = atomic_alias(task, self.attempt)
         part = encode_part(task, None, text=result)
         progress = store.join_part(join, self.index, part, using=using)
-        if progress is None and self._cancelled():
+        if progress is None and self._cancelled(using):
             return  # its workflow was cancelled: the join was closed, the body never runs
         if progress is None:
             raise JoinMissing(

@@ -227,7 +227,11 @@ class DjangoOutboxStore(
                 cancelled_row(pk, task_id, name, options, leased=lease is not None)
                 for pk, task_id, name, options, lease in found
             ]
-            messages(alias).filter(id__in=[c.id for c in cancelled]).delete()
+            if cancelled:
+                # It may delete a row deferred earlier in this transaction, to publish on
+                # commit: that publisher must read its rows back.
+                commits.doubt(transaction.get_connection(alias))
+                messages(alias).filter(id__in=[c.id for c in cancelled]).delete()
             for root in dict.fromkeys(c.root_id for c in cancelled):
                 mark_cancelled(root, now=now, alias=alias)
         return cancelled

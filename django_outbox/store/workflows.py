@@ -28,7 +28,13 @@ from django.db.models.functions import Least
 
 from celery_outbox import join_parts
 from celery_outbox.storage import OutboxStore
-from celery_outbox.workflows import WORKFLOW_STATUSES, JoinProgress, StoredWorkflow, WorkflowStatus
+from celery_outbox.workflows import (
+    CANCELLABLE,
+    WORKFLOW_STATUSES,
+    JoinProgress,
+    StoredWorkflow,
+    WorkflowStatus,
+)
 from django_outbox._compat import raw_delete
 from django_outbox.models import ChordJoin, Workflow
 from django_outbox.store import rows as convert
@@ -59,12 +65,11 @@ def mark_failed(root_id: str, task_id: str, *, now: datetime, alias: str) -> Non
 
 
 def mark_cancelled(root_id: str, *, now: datetime, alias: str) -> None:
-    """``root_id``'s workflow ``cancelled`` at ``now`` unless it succeeded, and its chord
-    joins deleted: two statements, in the caller's transaction."""
-    workflows(alias).filter(root_id=root_id).exclude(status="succeeded").update(
-        status="cancelled", finished_at=now
-    )
-    joins(alias).filter(root_id=root_id).delete()
+    """``root_id``'s running or failed workflow ``cancelled`` at ``now``, and then its
+    chord joins deleted: two statements, in the caller's transaction."""
+    closing = workflows(alias).filter(root_id=root_id, status__in=CANCELLABLE)
+    if closing.update(status="cancelled", finished_at=now):
+        raw_delete(joins(alias).filter(root_id=root_id), alias)
 
 
 def resume(root_id: str, *, alias: str) -> None:

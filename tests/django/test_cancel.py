@@ -21,9 +21,13 @@ from django.db import transaction
 from celery_outbox.clock import utcnow
 from celery_outbox.records import MessageStatus
 from celery_outbox.registry import store_for
+from celery_outbox.worker.attempt import Attempt
+from celery_outbox.worker.steps import Step
+from celery_outbox.workflow_dispatch import JOIN_HEADER
 from django_outbox.cancelling import ANNOUNCED_IDS, cancel_messages
 from django_outbox.models import ChordJoin, OutboxMessage, Workflow
 from tests.django.admin_app import APP_PATH, app
+from tests.django.celery_app import RECORD
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -221,3 +225,32 @@ def test_command_refuses_bad_input_naming_it(
     with pytest.raises(CommandError, match=message.replace("(", r"\(")):
         cancel(*args)
     assert OutboxMessage.objects.filter(pk=kept.pk).exists()
+
+
+@pytest.mark.django_db(databases=["default", "other"], transaction=True)
+def test_a_header_step_on_another_database_finds_its_chord_closed_by_a_cancel() -> None:
+    # The chord of a workflow on alias "other" (its steps dispatched with using="other"):
+    # one header step is cancelled, the other then finishes on that database.
+    store, now = app_store(), utcnow()
+    root_id, group_id = str(uuid.uuid4()), str(uuid.uuid4())
+    store.add_workflow_steps(root_id, name="tests.chord", steps=3, now=now, using="other")
+    store.open_join(group_id, root_id=root_id, size=2, now=now, using="other")
+    headers = {"root_id": root_id, JOIN_HEADER: group_id}
+    doomed = OutboxMessage.objects.using("other").create(
+        task_id=str(uuid.uuid4()),
+        task_name=RECORD,
+        payload="[[], {}, {}]",
+        options={"headers": headers},
+        available_at=now + timedelta(hours=1),
+    )
+    cancel_messages(OutboxMessage.objects.using("other").filter(pk=doomed.pk), app=app)
+    task = app.tasks[RECORD]
+    options = {"root_id": root_id, "group_id": group_id, "group_index": 0, "chord": {}}
+    attempt = Attempt(task_name=RECORD, task_id="the-other-step", options=options, using="other")
+    step = Step(task=task, attempt=attempt, root=root_id, join=group_id, index=0)
+
+    with transaction.atomic(using="other"):
+        step.committing(None, None, durable=lambda _: True)  # no JoinMissing: the chord is closed
+
+    closed = Workflow.objects.using("other").get(root_id=root_id)
+    assert (closed.status, closed.steps_done) == ("cancelled", 1)

@@ -77,3 +77,22 @@ def test_a_broker_that_is_down_fails_the_revoke_not_the_cancel(
     assert done.revoked is False
     assert done.revoke_error.startswith("revoke not sent")
     assert store.rows == {}
+
+
+def test_a_revoke_that_fails_after_the_callers_commit_is_told_and_logged(
+    app: Celery, store: InMemoryOutboxStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    task = app.tasks["unit.cancel"]
+    parked, taken = task.apply_async(countdown=3600), task.apply_async(countdown=3600)
+    taken_row = next(r for r in store.rows.values() if r.task_id == taken.id)
+    store.claim([taken_row.id], now=utcnow() + timedelta(hours=2), lease_until=utcnow())
+    caplog.set_level(logging.WARNING, logger="celery_outbox.cancelling")
+
+    with store.atomic():
+        done = cancel(app, task_ids=[parked.id, taken.id], by="ops")
+
+    assert (done.in_flight, done.revoked) == ((taken.id,), False)
+    assert done.revoke_error.startswith("revoke not sent")  # read after the commit
+    [failed] = [r for r in caplog.records if "not sent" in r.getMessage()]
+    assert failed.levelno == logging.ERROR  # a row in flight may still run
+    assert f"1 of them in flight and may still run: {taken.id}" in failed.getMessage()
