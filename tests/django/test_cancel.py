@@ -17,6 +17,8 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import transaction
+from django.test import Client
+from django.urls import reverse
 
 from celery_outbox.clock import utcnow
 from celery_outbox.records import MessageStatus
@@ -254,3 +256,31 @@ def test_a_header_step_on_another_database_finds_its_chord_closed_by_a_cancel() 
 
     closed = Workflow.objects.using("other").get(root_id=root_id)
     assert (closed.status, closed.steps_done) == ("cancelled", 1)
+
+
+def test_the_admin_list_the_overview_and_the_metrics_count_a_cancelled_workflow(
+    alice: User, admin_client: Client, settings: Any
+) -> None:
+    store, root_id = app_store(), str(uuid.uuid4())
+    store.add_workflow_steps(root_id, name="shop.checkout", steps=2, now=utcnow())
+    step = row(options={"headers": {"root_id": root_id}})
+
+    cancel("--task", step.task_id, "--by", "alice")
+
+    workflows = reverse("admin:django_outbox_workflow_changelist")
+    listed = admin_client.get(workflows, {"status__exact": "cancelled"}).context["cl"]
+    assert [w.root_id for w in listed.result_list] == [root_id]
+    overview = admin_client.get(reverse("admin:django_outbox_overview_changelist"))
+    assert str(overview.context["overview"].workflows["cancelled"]) == "1"
+    assert "workflows: running 0, succeeded 0, failed 0, cancelled 1" in outbox("status")
+    settings.DJANGO_OUTBOX_METRICS_TOKEN = "scrape"
+    scraped = Client().get(
+        reverse("django_outbox:metrics"), headers={"Authorization": "Bearer scrape"}
+    )
+    assert 'celery_outbox_workflows{status="cancelled"} 1.0' in scraped.content.decode()
+
+
+def outbox(*args: str) -> str:
+    out = io.StringIO()
+    call_command("outbox", *args, stdout=out)
+    return out.getvalue()

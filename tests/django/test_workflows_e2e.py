@@ -6,9 +6,11 @@ the steps. Needs the workflow dispatch of the core (``celery_outbox.workflow_dis
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -19,8 +21,10 @@ from django.db import transaction
 from django.test import Client
 from django.urls import reverse
 
+from celery_outbox.clock import utcnow
 from celery_outbox.workflows import StoredWorkflow
-from django_outbox.models import ChordJoin, CompletedTask, DeadLetter, Workflow
+from django_outbox.cancelling import cancel_messages
+from django_outbox.models import ChordJoin, CompletedTask, DeadLetter, OutboxMessage, Workflow
 from django_outbox.store import DjangoOutboxStore
 from tests.brokers import delete_queue, new_queue_name, purge_queue
 from tests.django.conftest import close_app
@@ -152,3 +156,41 @@ def test_a_dead_lettered_step_fails_its_workflow_and_its_requeue_resumes_it(
     done = flow.finished(root)
     assert (done.status, done.steps_done, done.steps_total) == ("succeeded", 2, 2)
     assert effect(flow.key("second")) == 2
+
+
+def test_a_header_step_running_after_its_chord_was_cancelled_completes_without_the_body(
+    flow: Flow,
+) -> None:
+    # One header step waits 5 s on the worker (a broker ETA), the other is parked for an
+    # hour; the parked one is cancelled before the first runs.
+    header = [
+        flow.s(ADD, 1, 1, flow.key("h0")).set(countdown=5),
+        flow.s(ADD, 2, 2, flow.key("h1")).set(countdown=3600),
+    ]
+    with transaction.atomic():
+        result = chord(header)(flow.s(COLLECT, flow.key("body")))
+    root = root_of(result)
+    parked = OutboxMessage.objects.filter(available_at__gt=utcnow() + timedelta(minutes=30))
+
+    cancelled = cancel_messages(parked, by=None, app=flow.app)
+
+    assert len(cancelled.cancelled) == 1
+    assert cancelled.revoked
+    closed = Workflow.objects.get(root_id=root)
+    assert (closed.status, closed.steps_done, closed.steps_total) == ("cancelled", 0, 3)
+    assert effect(flow.key("h0")) is None  # the cancel came first
+    assert not ChordJoin.objects.filter(root_id=root).exists()
+    # The other header step still runs, finds its chord closed, and is counted done;
+    # nothing waits on the cancelled step, and the body is never dispatched.
+    wait_for(
+        lambda: CompletedTask.objects.filter(root_id=root).exists(),
+        timeout=30,
+        what="the other header step",
+    )
+    assert effect(flow.key("h0")) == 2
+    time.sleep(1.0)  # a body dispatched by the step would be written with its commit
+    done = Workflow.objects.get(root_id=root)
+    assert (done.status, done.steps_done, done.finished_at) == ("cancelled", 1, closed.finished_at)
+    assert not DeadLetter.objects.exists()
+    assert not OutboxMessage.objects.exists()
+    assert effect(flow.key("body")) is None

@@ -7,8 +7,10 @@ dead-lettered step failing its workflow and its requeue resuming it."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -23,7 +25,7 @@ from celery_outbox.clock import utcnow
 from celery_outbox.exceptions import ChordTooLarge, DeadLetterCompleted
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter
 from celery_outbox.relay import relay_for
-from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table
+from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table, outbox_table
 from celery_outbox.workflows import StoredWorkflow
 from tests import services
 from tests.brokers import purge_queue
@@ -305,6 +307,46 @@ def test_cancelling_a_parked_header_step_cancels_the_workflow_and_closes_its_cho
     assert found.finished_at is not None
     assert world.store.join_part(root, 1, None) is None  # closed: its body can never run
     assert world.effect("cx-body") is None
+
+
+def test_a_header_step_running_after_its_chord_was_cancelled_completes_without_the_body(
+    world: World,
+) -> None:
+    # One header step waits 5 s on the worker (a broker ETA), the other is parked for an
+    # hour and cancelled (by task id, as an operator would) before the first runs.
+    header = [
+        world.s(ADD, 1, 1, "cancel-h0").set(countdown=5),
+        world.s(ADD, 2, 2, "cancel-h1").set(countdown=3600),
+    ]
+    result = chord(header)(world.s(COLLECT, "cancel-body"))
+    root = str(result.parent.id)
+    with world.engine.connect() as conn:
+        parked = conn.execute(
+            select(outbox_table.c.task_id).where(
+                outbox_table.c.available_at > utcnow() + timedelta(minutes=30)
+            )
+        ).scalar_one()
+
+    cancelled = cancel(world.app, task_ids=[parked], by="ops")
+
+    assert (list(cancelled.cancelled.values()), cancelled.revoked) == ([parked], True)
+    closed = world.workflow(root)
+    assert closed is not None
+    assert (closed.status, closed.steps_done, closed.steps_total) == ("cancelled", 0, 3)
+    assert world.effect("cancel-h0") is None  # the cancel came first
+    assert world.store.join_part(root, 1, None) is None  # the chord is closed
+    # The other header step still runs and is counted in its own transaction; the body
+    # is never dispatched, and no dead letter says the join was missing.
+    wait_for(lambda: world.effect("cancel-h0") == 2, timeout=30, what="the other header step")
+    time.sleep(1.0)  # a body dispatched by that step would run now
+    done = world.workflow(root)
+    assert done is not None
+    assert (done.status, done.steps_done, done.finished_at) == ("cancelled", 1, closed.finished_at)
+    assert world.effect("cancel-body") is None
+    steps = [str(r.id) for r in result.parent.results]
+    with world.engine.connect() as conn:
+        letters = dead_letter_table.c.task_id.in_(steps)
+        assert conn.execute(select(dead_letter_table.c.id).where(letters)).all() == []
 
 
 def test_a_rolled_back_canvas_leaves_no_workflow_and_no_step(world: World) -> None:
