@@ -24,7 +24,6 @@ an admin-log entry per row.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,10 +33,11 @@ from kombu.exceptions import KombuError
 
 from celery_outbox.broker import Deadline, close, connect
 from celery_outbox.config import OutboxConfig
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.records import CancelledRow
 from celery_outbox.registry import store_for
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 #: How many task ids a cancel's log line names.
 ANNOUNCED_IDS = 20
