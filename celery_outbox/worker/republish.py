@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from celery import Task
-from celery.exceptions import Ignore, Reject, Retry
+from celery.exceptions import Ignore, QueueNotFound, Reject, Retry
 
 from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import utcnow
@@ -138,14 +138,16 @@ def requeue_later(
     acknowledged (``Ignore``). ``letter`` (the failure of a run whose dead letter could
     not be written) rides along: the next delivery writes it without running the body.
     A message already put back ``outbox_store_requeues`` times is held instead
-    (:func:`hold_on_broker`). Only if the broker refuses too is the message rejected
-    with requeue, so a long store outage never turns into a hot redelivery loop and
-    nothing is lost.
+    (:func:`_hold_on_broker`), or put back again if the broker refuses the hold. Only if
+    the broker refuses the put-back too is the message rejected with requeue, so a long
+    store outage never turns into a hot redelivery loop and nothing is lost.
     """
     pending = letter if letter is not None else attempt.pending_letter
     limit = OutboxConfig.at_run_time(task.app).store_requeues
-    if attempt.requeues >= limit:
-        hold_on_broker(task, attempt, cause, pending=pending, limit=limit)
+    if attempt.requeues >= limit and _hold_on_broker(
+        task, attempt, cause, pending=pending, limit=limit
+    ):
+        raise Ignore()
     now = utcnow()
     eta = now + STORE_BACKOFF.delay_for(attempt.requeues)
     headers = {**_put_back_headers(attempt, pending), REQUEUES_HEADER: attempt.requeues + 1}
@@ -165,23 +167,23 @@ def requeue_later(
     raise Reject(cause, requeue=True)
 
 
-def hold_on_broker(
+def _hold_on_broker(
     task: Task[Any, Any],
     attempt: Attempt,
     cause: Exception,
     *,
     pending: Mapping[str, Any] | None,
     limit: int,
-) -> NoReturn:
+) -> bool:
     """The store still fails after ``limit`` put-backs: hold the message on its holding
-    queue (:func:`holding_queue`) and log an ERROR naming the task id and the last error.
+    queue (:func:`holding_queue`) and log an ERROR naming the task id and the last error;
+    ``False`` (logged) when the broker refused it.
 
     No worker consumes a holding queue unless told to, so the message waits there, whole
     (its dead letter too, if it carries one), until the store is back and a worker is
     started on that queue; delivered from there it is sent on as if it came from where
     it was held from (:data:`~celery_outbox.worker.attempt.HELD_HEADER`), with
-    ``outbox_store_requeues`` put-backs again. If the broker refuses it, the message is
-    rejected with requeue.
+    ``outbox_store_requeues`` put-backs again.
     """
     home = attempt.routing()
     queue = holding_queue(home, default=task.app.conf.task_default_queue)
@@ -189,8 +191,19 @@ def hold_on_broker(
     options = attempt.resend_options(
         eta=None, retries=attempt.retries, headers=headers, overrides={"queue": queue}
     )
-    if not _publish_eta(task, attempt, _message(task, attempt, options, now=utcnow())):
-        raise Reject(cause, requeue=True)
+    try:
+        message = _message(task, attempt, options, now=utcnow())
+    except QueueNotFound:
+        logger.warning(
+            "celery-outbox: cannot hold %s[%s] on queue %r: task_create_missing_queues is "
+            "off and task_queues does not declare it; putting it back instead",
+            task.name,
+            attempt.task_id,
+            queue,
+        )
+        return False
+    if not _publish_eta(task, attempt, message):
+        return False
     logger.error(
         "celery-outbox: %s[%s] was put back %d times while its store failed (last error: %s); "
         "held on queue %r%s. Once the store is back, consume that queue (celery worker "
@@ -203,7 +216,7 @@ def hold_on_broker(
         " with its dead letter: the task will not run again" if pending else "",
         queue,
     )
-    raise Ignore()
+    return True
 
 
 def holding_queue(routing: Mapping[str, Any], *, default: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from celery import Celery
 from celery.exceptions import Ignore, Reject, Retry
+from kombu import Queue as KombuQueue
 
 from celery_outbox.exceptions import StoreError
 from celery_outbox.registry import install_store
@@ -172,12 +173,24 @@ def test_past_outbox_store_requeues_the_message_is_held_with_an_error(
     assert "the task will not run again" in text
 
 
+def test_a_hold_celery_cannot_route_is_a_put_back(
+    app: Celery, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app.conf.outbox_store_requeues = 1
+    app.conf.task_create_missing_queues = False  # the holding queue cannot be routed to
+    app.conf.task_queues = [KombuQueue(queue_name)]
+    put_back(app, replace(attempt_of("t8", queue_name), requeues=1))
+    (headers,) = queued(queue_name)
+    assert headers[REQUEUES_HEADER] == 2
+    assert "task_create_missing_queues is off" in caplog.text
+
+
 def test_a_hold_the_broker_refuses_is_rejected_with_requeue(app: Celery) -> None:
     app.conf.outbox_store_requeues = 1
     app.conf.broker_write_url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
     app.conf.outbox_publish_timeout = 0.2
     with pytest.raises(Reject) as caught:
-        requeue_later(app.tasks[TASK], replace(attempt_of("t8", "q"), requeues=1), StoreError())
+        requeue_later(app.tasks[TASK], replace(attempt_of("t9", "q"), requeues=1), StoreError())
     assert caught.value.requeue is True
 
 
