@@ -94,11 +94,11 @@ def minimal_letter(letter: NewDeadLetter, error: BaseException) -> NewDeadLetter
     """The least dead letter of ``letter``: its task, its id and why it is not whole.
 
     For when the store refused even the escaped letter (``error``): the arguments are
-    dropped (the worker logs them) and the letter is marked ``incomplete``.
+    dropped (the worker logs their start) and the letter is marked ``incomplete``.
     """
     reason = storable_text(
         f"The dead letter could not be stored whole ({type(error).__name__}: {error}); "
-        f"its arguments were logged by the worker. The task failed with "
+        f"the worker logged the start of its arguments. The task failed with "
         f"{letter.exception_type}: {letter.exception_message}"
     )[:LONG_TEXT]
     return replace(
