@@ -144,9 +144,7 @@ def requeue_later(
     """
     pending = letter if letter is not None else attempt.pending_letter
     limit = OutboxConfig.at_run_time(task.app).store_requeues
-    if attempt.requeues >= limit and _hold_on_broker(
-        task, attempt, cause, pending=pending, limit=limit
-    ):
+    if attempt.requeues >= limit and _hold_on_broker(task, attempt, cause, pending=pending):
         raise Ignore()
     now = utcnow()
     eta = now + STORE_BACKOFF.delay_for(attempt.requeues)
@@ -173,11 +171,10 @@ def _hold_on_broker(
     cause: Exception,
     *,
     pending: Mapping[str, Any] | None,
-    limit: int,
 ) -> bool:
-    """The store still fails after ``limit`` put-backs: hold the message on its holding
-    queue (:func:`holding_queue`) and log an ERROR naming the task id and the last error;
-    ``False`` (logged) when the broker refused it.
+    """The store still fails after ``outbox_store_requeues`` put-backs: hold the message
+    on its holding queue (:func:`holding_queue`) and log an ERROR naming the task id and
+    the last error; ``False`` (logged) when the broker refused it.
 
     No worker consumes a holding queue unless told to, so the message waits there, whole
     (its dead letter too, if it carries one), until the store is back and a worker is
@@ -210,7 +207,7 @@ def _hold_on_broker(
         "-Q %s) to send it on.",
         task.name,
         attempt.task_id,
-        limit,
+        attempt.requeues,
         loggable(cause),
         queue,
         " with its dead letter: the task will not run again" if pending else "",
