@@ -37,10 +37,11 @@ from kombu.exceptions import KombuError
 
 from celery_outbox.broker import Deadline, close, connect
 from celery_outbox.config import OutboxConfig
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.records import TASK_ID_MAX_LENGTH, CancelledRow
 from celery_outbox.registry import store_for
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 #: How many task ids a cancel's log line names.
 ANNOUNCED_IDS = 20

@@ -12,18 +12,18 @@ sweep takes it instead of waiting ``outbox_claim_lease``. A claim that fails rai
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.records import Claim
 
 if TYPE_CHECKING:
     from celery_outbox.storage import OutboxStore
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 
 class ClaimAhead:

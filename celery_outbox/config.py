@@ -35,7 +35,7 @@ DEFAULTS: Mapping[str, Any] = {
     "outbox_publish_timeout": 1.0,
     "outbox_keep_completed": 7 * 24 * 3600.0,
     "outbox_chord_max_header": 1000,
-    "outbox_store_requeues": 10,
+    "outbox_store_requeues": 60,
 }
 
 
@@ -59,7 +59,7 @@ RULES: Mapping[str, Rule] = {
     # None: a retry goes back to the queue its task came from.
     "outbox_retry_queue": QueueName(),
     "outbox_publish_timeout": Seconds(minimum=0.01, maximum=300.0),
-    # Put-backs of one message while the store fails before each is an ERROR.
+    # Put-backs of one message while its store fails, before it is held (60: about an hour).
     "outbox_store_requeues": Count(minimum=1, maximum=10_000, unit="put-backs"),
     # A duplicate arriving after this window runs again: keep it longer than any redelivery.
     "outbox_keep_completed": Seconds(minimum=1.0, maximum=3650 * DAY),
@@ -113,8 +113,8 @@ class OutboxConfig:
     keep_completed: timedelta
     #: Header steps a chord joined in the database may have (``None``: no limit).
     chord_max_header: int | None
-    #: Put-backs of one message while its store fails after which each further one is
-    #: logged as an ERROR (the message is never dropped; its body never runs again).
+    #: Put-backs of one message while its store fails (each after a backoff); the next
+    #: failure holds it on its holding queue (:mod:`celery_outbox.worker.republish`).
     store_requeues: int
 
     @classmethod
@@ -143,3 +143,13 @@ class OutboxConfig:
             conf = {key: app.conf.get(key, DEFAULTS[key]) for key in DEFAULTS}
             state.config = cls.from_mapping(conf)
         return state.config
+
+    @classmethod
+    def at_run_time(cls, app: Celery) -> OutboxConfig:
+        """The settings of ``app``, or the defaults while they are not accepted (changed to
+        a bad value and read again in a running worker): for the worker's failure paths,
+        which must not fail on a setting (the bad value is reported where it is read)."""
+        try:
+            return cls.from_celery(app)
+        except OutboxConfigError:
+            return cls.from_mapping(DEFAULTS)

@@ -16,13 +16,14 @@ from celery_outbox import tracing
 from celery_outbox.canvas_shape import workflow_root
 from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
-from celery_outbox.escaping import is_incomplete, original_arguments
+from celery_outbox.escaping import LETTER_TEXT_CHARS, is_incomplete, original_arguments
 from celery_outbox.exceptions import (
     ArgumentsMismatch,
     DeadLetterCompleted,
     DeadLetterDiscarded,
     OutboxError,
 )
+from celery_outbox.long_text import bounded
 from celery_outbox.records import DeadLetterStatus, NewDeadLetter, StoredMessage
 from celery_outbox.registry import store_for
 from celery_outbox.relay import relay_for
@@ -52,31 +53,6 @@ def exception_path(exc: BaseException) -> str:
     return f"{type(exc).__module__}.{type(exc).__qualname__}"
 
 
-#: Most characters a dead letter keeps of its exception message, and of its traceback:
-#: a letter then fits every database's default limits (MySQL's ``max_allowed_packet``).
-LETTER_TEXT_CHARS = 65_536
-#: Most characters of an exception, or of arguments, in one log line.
-LOG_TEXT_CHARS = 2_000
-
-
-def bounded(text: str, limit: int = LETTER_TEXT_CHARS) -> str:
-    """``text``, or its start and end with a note of what was cut and its size."""
-    if len(text) <= limit:
-        return text
-    tail = limit // 4
-    head = limit - tail
-    note = (
-        f"\n... [celery-outbox cut {len(text) - limit:,} of {len(text):,} characters here: "
-        f"the first {head:,} and the last {tail:,} are kept] ...\n"
-    )
-    return text[:head] + note + text[-tail:]
-
-
-def loggable(value: object) -> str:
-    """``repr(value)`` bounded for a log line (:data:`LOG_TEXT_CHARS`)."""
-    return bounded(repr(value), LOG_TEXT_CHARS)
-
-
 def build_dead_letter(
     *,
     task_name: str,
@@ -92,7 +68,7 @@ def build_dead_letter(
 ) -> NewDeadLetter:
     """The dead letter of a task that ended with ``exc`` (and no retry); its message and
     traceback bounded to :data:`LETTER_TEXT_CHARS` each, with a note of what was cut."""
-    message = bounded(str(exc) or reason)
+    message = bounded(str(exc) or reason, LETTER_TEXT_CHARS)
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return NewDeadLetter(
         task_id=task_id,
@@ -102,7 +78,7 @@ def build_dead_letter(
         options=as_json(dict(options)),
         exception_type=exception_path(exc),
         exception_message=message,
-        traceback=bounded(trace),
+        traceback=bounded(trace, LETTER_TEXT_CHARS),
         retries=retries,
         first_failed_at=first_failed_at,
         failed_at=failed_at,

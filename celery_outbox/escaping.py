@@ -9,6 +9,13 @@ escaped field is kept as JSON text (ASCII, so storable anywhere) under
 When even the escaped letter is refused, :func:`minimal_letter` keeps the task's name,
 id and the reason, and marks the letter ``incomplete`` so it is never requeued without
 its arguments.
+
+A letter is also bounded before it is written, so that no database refuses it for its
+size (MySQL and MariaDB report a statement over ``max_allowed_packet`` as error 1153, or
+as "server has gone away" when they drop the connection first, which looks like an
+outage): its exception message and traceback keep :data:`LETTER_TEXT_CHARS` each
+(:func:`celery_outbox.dead_letters.build_dead_letter`), and arguments larger than the
+payload an outbox row may hold are not stored (:func:`within_budget`).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from celery_outbox.long_text import bounded
 from celery_outbox.records import NewDeadLetter
 
 #: Key of ``NewDeadLetter.options`` holding the originals of the escaped fields.
@@ -31,6 +39,13 @@ NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 SHORT_TEXT = 255
 #: Longest reason kept in a minimal letter's message.
 LONG_TEXT = 2000
+#: Most characters a dead letter keeps of its exception message, and of its traceback
+#: (with a note of what was cut): a letter then fits every database's default limits
+#: (MySQL's ``max_allowed_packet``: 4 MiB in 5.7, 16 MiB in MariaDB, 64 MiB in 8.0).
+LETTER_TEXT_CHARS = 65_536
+#: Key under :data:`ORIGINAL_KEY` of a letter stored without its arguments for their size:
+#: the start and end of their JSON (:data:`LETTER_TEXT_CHARS`), for a person to read.
+ARGUMENTS_KEY = "arguments"
 
 _JSON_FIELDS = ("args", "kwargs", "options")
 _TEXT_FIELDS = ("task_id", "task_name", "exception_type", "exception_message", "traceback")
@@ -79,11 +94,11 @@ def minimal_letter(letter: NewDeadLetter, error: BaseException) -> NewDeadLetter
     """The least dead letter of ``letter``: its task, its id and why it is not whole.
 
     For when the store refused even the escaped letter (``error``): the arguments are
-    dropped (the worker logs them) and the letter is marked ``incomplete``.
+    dropped (the worker logs their start) and the letter is marked ``incomplete``.
     """
     reason = storable_text(
         f"The dead letter could not be stored whole ({type(error).__name__}: {error}); "
-        f"its arguments were logged by the worker. The task failed with "
+        f"the worker logged the start of its arguments. The task failed with "
         f"{letter.exception_type}: {letter.exception_message}"
     )[:LONG_TEXT]
     return replace(
@@ -96,6 +111,33 @@ def minimal_letter(letter: NewDeadLetter, error: BaseException) -> NewDeadLetter
         exception_type=storable_text(letter.exception_type)[:SHORT_TEXT],
         exception_message=reason,
         traceback="",
+    )
+
+
+def within_budget(letter: NewDeadLetter, *, max_bytes: int | None) -> NewDeadLetter:
+    """``letter``, or, when its arguments and options take more than ``max_bytes`` of
+    JSON (``outbox_max_payload_bytes``; ``None``: no limit), the letter without them.
+
+    Such a letter keeps its exception and traceback, is marked ``incomplete`` with the
+    reason (it is never requeued), and keeps the start and end of its arguments' JSON
+    under ``options["original"]["arguments"]``.
+    """
+    if max_bytes is None:
+        return letter
+    size = len(original_text([letter.args, letter.kwargs, letter.options]).encode())
+    if size <= max_bytes:
+        return letter
+    reason = (
+        f"The arguments and options of this dead letter were {size:,} bytes of JSON, above "
+        f"outbox_max_payload_bytes={max_bytes:,}: they were not stored, only their start "
+        f"and end (options.original.{ARGUMENTS_KEY}); the letter cannot be requeued."
+    )
+    arguments = bounded(original_text([letter.args, letter.kwargs]), LETTER_TEXT_CHARS)
+    return replace(
+        letter,
+        args=[],
+        kwargs={},
+        options={ORIGINAL_KEY: {INCOMPLETE_KEY: reason, ARGUMENTS_KEY: arguments}},
     )
 
 

@@ -14,7 +14,6 @@ follows a wake-up, a timeout or a reconnection finds every due row.
 from __future__ import annotations
 
 import contextlib
-import logging
 import select
 import threading
 import time
@@ -22,9 +21,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery_outbox.exceptions import StoreError
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.wakeups import CHANNEL, Connector, WakeupStore
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 #: Longest wait on the sockets before ``stop`` is looked at again (seconds).
 STOP_CHECK = 0.25

@@ -24,7 +24,6 @@ gauges are left out, ``celery_outbox_scrape_error`` is 1 and the error is logged
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -42,13 +41,14 @@ except ImportError as exc:  # the one guarded import: the extra is optional
 from celery_outbox import metric_counters
 from celery_outbox.estimates import SCRAPE_EXACT_UP_TO
 from celery_outbox.exceptions import StoreError
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.monitoring import Backlog
 from celery_outbox.registry import store_for
 from celery_outbox.storage import OutboxStore
 
 __all__ = ["OutboxCollector", "Snapshot", "read_snapshot"]
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 metric_counters.connect()
 

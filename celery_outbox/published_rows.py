@@ -25,7 +25,6 @@ what waits and releases at once (a test suite's end, before its database is drop
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import threading
 import time
@@ -36,9 +35,10 @@ from datetime import datetime
 
 from celery.signals import worker_process_shutdown
 
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.records import Claim
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 #: Seconds the thread waits after the first row before deleting (the rows of the steps
 #: that commit meanwhile go in the same statement).

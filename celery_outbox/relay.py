@@ -10,7 +10,6 @@ is decided here, once, and the store only records it.
 from __future__ import annotations
 
 import functools
-import logging
 import random
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from celery import Celery
 from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.config import OutboxConfig
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.producers import Producers
 from celery_outbox.publishable import sort_out
 from celery_outbox.records import Claim, NewMessage, StoredMessage
@@ -31,7 +31,7 @@ from celery_outbox.signals import message_publish_failed, message_published
 from celery_outbox.state import state_of
 from celery_outbox.storage import OutboxStore
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 #: Windows between publish attempts of one row (DESIGN.md: 1 s ... 5 min).
 PUBLISH_BACKOFF = BackoffPolicy(base=timedelta(seconds=1), cap=timedelta(minutes=5))

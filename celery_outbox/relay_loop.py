@@ -12,7 +12,6 @@ doubling from ``poll`` up to :data:`MAX_ERROR_BACKOFF`.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -21,10 +20,11 @@ from typing import Any, Protocol
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
 from celery_outbox.listener import Wakeups, listen_connectors
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.relay import Relay
 from celery_outbox.storage import OutboxStore
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 #: Longest pause of the loop after a store error (it doubles from ``poll``).
 MAX_ERROR_BACKOFF = timedelta(seconds=30)

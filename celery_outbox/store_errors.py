@@ -13,9 +13,12 @@ from celery_outbox.exceptions import StoreDataError, StoreError
 
 ErrorTypes = tuple[type[BaseException], ...]
 
-#: MySQL/MariaDB error numbers of a value too large to send or hold (``max_allowed_packet``:
-#: 1153 a statement's packet, 1301 a result), raised as ``OperationalError``.
-MYSQL_REFUSED = frozenset({1153, 1301})
+#: MySQL/MariaDB error numbers of a value the server refuses, which drivers raise as
+#: ``OperationalError`` (PyMySQL raises every number it does not map that way): 1118 a
+#: row too large, 1153 a statement over ``max_allowed_packet``, 1292 an incorrect value,
+#: 1301 a result over ``max_allowed_packet``, 1406 data too long for its column, 3140
+#: invalid JSON (MySQL), 4025 a CHECK constraint failed (MariaDB's ``JSON_VALID``).
+MYSQL_REFUSED = frozenset({1118, 1153, 1292, 1301, 1406, 3140, 4025})
 #: PostgreSQL's SQLSTATE class of program limits exceeded (a value or row too large).
 POSTGRES_REFUSED_CLASS = "54"
 

@@ -15,7 +15,6 @@ at most once per interval, however often the relay loop sweeps and however many 
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,12 +26,13 @@ from celery_outbox.claim_ahead import ClaimAhead
 from celery_outbox.clock import Clock
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.records import Claim, MessageStatus
 from celery_outbox.relay import PublishPath, Relay
 from celery_outbox.relay_loop import RelayLoop
 from celery_outbox.storage import OutboxStore
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 #: How long one sweep keeps claiming batches before it leaves the rest to the next one.
 SWEEP_BUDGET = timedelta(seconds=30)

@@ -12,7 +12,6 @@ task ids), including one given no user, which has no admin-log entry.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from celery import Celery
@@ -30,6 +29,7 @@ from celery_outbox.cancelling import (
     result,
     revoke,
 )
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.registry import store_for
 from django_outbox.celery_app import outbox_app
 
@@ -38,7 +38,7 @@ __all__ = ["LOG_MESSAGE", "CancelResult", "Canceller", "cancel_messages", "revok
 #: Who cancels: a user, a username, or ``None`` (no admin-log entry: no user to record).
 Canceller = AbstractBaseUser | str | None
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 #: The admin-log text of a cancelled row.
 LOG_MESSAGE = "Cancelled (never to be published); revoke sent for task id {task_id}."

@@ -23,6 +23,10 @@ REQUEUES_HEADER = "outbox_requeues"
 #: Message header of a message put back because its dead letter could not be written:
 #: the letter's failure (JSON), written by the next delivery without running the body.
 PENDING_LETTER_HEADER = "outbox_pending_letter"
+#: Message header of a message held because its store kept failing (put back
+#: ``outbox_store_requeues`` times): where it came from (JSON of :meth:`Attempt.routing`).
+#: Delivered from its holding queue, it is sent on as if delivered from there.
+HELD_HEADER = "outbox_held"
 #: Message header naming the database alias a task was dispatched with (``using=``).
 USING_HEADER = "outbox_using"
 #: Message header of a retry sent to a retry queue: where the task came from (JSON of
@@ -43,8 +47,10 @@ class Attempt:
     ``trace`` is the trace context the message was delivered with (its headers, empty
     without OpenTelemetry or a traced dispatch: :mod:`celery_outbox.tracing`).
     ``home`` is where the task came from when this delivery is a retry on a retry queue
-    (``None``: it came from where it was delivered from). ``pending_letter`` is the
-    failure of a run whose dead letter could not be written (:data:`PENDING_LETTER_HEADER`).
+    (``None``: it came from where it was delivered from), or where it was held from
+    (:data:`HELD_HEADER`: its ``options`` then send it there, not back to the holding
+    queue). ``pending_letter`` is the failure of a run whose dead letter could not be
+    written (:data:`PENDING_LETTER_HEADER`).
     """
 
     task_name: str
@@ -83,12 +89,12 @@ class Attempt:
     def resend_options(
         self,
         *,
-        eta: datetime,
+        eta: datetime | None,
         retries: int,
         headers: Mapping[str, Any],
         overrides: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """``apply_async`` options sending this message again at ``eta``.
+        """``apply_async`` options sending this message again at ``eta`` (``None``: now).
 
         ``overrides`` are ``retry(**options)``; a ``queue`` among them replaces the
         delivered exchange and routing key, as in Celery.
@@ -135,6 +141,9 @@ def attempt_from_request(task: Task[Any, Any], request: Any) -> Attempt:
     """
     signature = task.signature_from_request(request)
     options = {k: v for k, v in signature.options.items() if k not in _RESENT_ANEW}
+    held = _home(getattr(request, HELD_HEADER, None))
+    if held is not None:  # delivered from its holding queue: send it on from where it was
+        options = _routed_to(options, held)
     return Attempt(
         task_name=task.name,
         task_id=request.id,
@@ -147,9 +156,21 @@ def attempt_from_request(task: Task[Any, Any], request: Any) -> Attempt:
         options=options,
         using=_text(getattr(request, USING_HEADER, None)),
         trace=delivered_headers(request, tracing.fields()),
-        home=_home(getattr(request, HOME_HEADER, None)),
+        home=held or _home(getattr(request, HOME_HEADER, None)),
         pending_letter=_pending_letter(getattr(request, PENDING_LETTER_HEADER, None)),
     )
+
+
+def _routed_to(options: Mapping[str, Any], routing: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` sending a message where ``routing`` (:meth:`Attempt.routing`) says."""
+    routed = {k: v for k, v in options.items() if k not in ("queue", "exchange", "routing_key")}
+    if routing.get("queue"):
+        routed["queue"] = routing["queue"]
+    else:
+        routed.update(exchange=routing.get("exchange"), routing_key=routing.get("routing_key"))
+    if routing.get("priority") is not None:
+        routed["priority"] = routing["priority"]
+    return routed
 
 
 def _pending_letter(value: Any) -> dict[str, Any] | None:

@@ -1,31 +1,26 @@
 """Writing the dead letter of a failed attempt, from the worker.
 
-A dead letter that cannot be written because the store is down puts the message back
-(:func:`celery_outbox.worker.republish.requeue_later`). One the store refuses as data is
-not an outage: it is stored escaped (:mod:`celery_outbox.escaping`), else minimal, and
-the task is never run again because its dead letter did not fit.
+A dead letter is bounded before it is written (:mod:`celery_outbox.escaping`: its
+message and traceback cut, arguments larger than ``outbox_max_payload_bytes`` left out).
+One that cannot be written because the store is down puts the message back, carrying
+the letter (:func:`celery_outbox.worker.republish.requeue_later`). One the store refuses
+as data is not an outage: it is stored escaped, else minimal, and the task is never run
+again because its dead letter did not fit.
 """
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 from typing import Any
 
-from celery import Task
+from celery import Celery, Task
 
 from celery_outbox import tracing
 from celery_outbox.canvas_shape import canvas_options, workflow_root
 from celery_outbox.clock import utcnow
-from celery_outbox.dead_letters import (
-    LOG_TEXT_CHARS,
-    TRACE_OPTION,
-    as_json,
-    bounded,
-    build_dead_letter,
-    loggable,
-)
-from celery_outbox.escaping import escape_letter, minimal_letter
+from celery_outbox.config import OutboxConfig
+from celery_outbox.dead_letters import TRACE_OPTION, as_json, build_dead_letter
+from celery_outbox.escaping import escape_letter, minimal_letter, within_budget
 from celery_outbox.exceptions import (
     OutboxConfigError,
     OutboxError,
@@ -33,6 +28,7 @@ from celery_outbox.exceptions import (
     StoreError,
     TooManyDeliveries,
 )
+from celery_outbox.long_text import LOG_VALUE_CHARS, bounded, bounded_logger, loggable
 from celery_outbox.records import NewDeadLetter
 from celery_outbox.registry import store_for
 from celery_outbox.signals import task_dead_lettered
@@ -41,7 +37,7 @@ from celery_outbox.worker.policy import Outcome
 from celery_outbox.worker.republish import requeue_later
 from celery_outbox.workflow_dispatch import JOIN_HEADER
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 
 def write_dead_letter(
@@ -54,7 +50,7 @@ def write_dead_letter(
 ) -> int | None:
     """Write the dead letter of ``attempt``, failed at ``now``; send ``task_dead_lettered``.
 
-    The letter is escaped first (:mod:`celery_outbox.escaping`). A letter the store
+    The letter is escaped and bounded first (:func:`storable`). A letter the store
     refuses as data (:class:`StoreDataError`, or any error that is not a
     :class:`StoreError`) is not an outage: a minimal letter is written instead, and if
     even that is refused the letter is logged and ``None`` returned. Either way the
@@ -66,7 +62,8 @@ def write_dead_letter(
         When the store is unreachable: the message was put back with a delay
         (:func:`requeue_later`); ``Reject`` with requeue if that failed too.
     """
-    letter = escape_letter(
+    letter = storable(
+        task.app,
         build_dead_letter(
             task_name=task.name,
             task_id=attempt.task_id,
@@ -78,7 +75,7 @@ def write_dead_letter(
             first_failed_at=attempt.first_failed_at or now,
             failed_at=now,
             reason=outcome.value,
-        )
+        ),
     )
     try:
         letter_id: int | None = _add_dead_letter(task, attempt, letter)
@@ -121,7 +118,8 @@ def write_pending_letter(task: Task[Any, Any], attempt: Attempt) -> int | None:
     failure from its header, the arguments from the message. The store still failing
     puts it back again (:func:`requeue_later`)."""
     pending = attempt.pending_letter or {}
-    letter = escape_letter(
+    letter = storable(
+        task.app,
         NewDeadLetter(
             task_id=attempt.task_id,
             task_name=task.name,
@@ -134,7 +132,7 @@ def write_pending_letter(task: Task[Any, Any], attempt: Attempt) -> int | None:
             retries=int(pending.get("retries") or attempt.retries),
             first_failed_at=_instant(pending.get("first_failed_at")),
             failed_at=_instant(pending.get("failed_at")),
-        )
+        ),
     )
     try:
         letter_id: int | None = _add_dead_letter(task, attempt, letter)
@@ -145,7 +143,7 @@ def write_pending_letter(task: Task[Any, Any], attempt: Attempt) -> int | None:
         task.name,
         attempt.task_id,
         letter.exception_type,
-        bounded(letter.exception_message, LOG_TEXT_CHARS),
+        bounded(letter.exception_message, LOG_VALUE_CHARS),
     )
     if letter_id is not None:
         task_dead_lettered.send(
@@ -155,6 +153,13 @@ def write_pending_letter(task: Task[Any, Any], attempt: Attempt) -> int | None:
             exception=StoreError(f"{letter.exception_type}: {letter.exception_message}"),
         )
     return letter_id
+
+
+def storable(app: Celery, letter: NewDeadLetter) -> NewDeadLetter:
+    """``letter`` escaped, and within ``app``'s ``outbox_max_payload_bytes``
+    (:mod:`celery_outbox.escaping`)."""
+    budget = OutboxConfig.at_run_time(app).max_payload_bytes
+    return within_budget(escape_letter(letter), max_bytes=budget)
 
 
 def _instant(value: Any) -> datetime:

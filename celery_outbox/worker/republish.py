@@ -3,27 +3,27 @@
 Nothing here sleeps. A retry either rides on a Celery ETA (short waits) or is parked as
 an outbox row (long waits, or when the ETA publish fails); if parking fails too, the
 current message is rejected with requeue, never dropped. While the store is unreachable
-a message is put back after a backoff (:func:`requeue_later`).
+a message is put back after a backoff (:func:`requeue_later`), ``outbox_store_requeues``
+times at most; then it is held on the broker, on its holding queue
+(:func:`holding_queue`), which no worker consumes unless told to.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from celery import Task
-from celery.exceptions import Ignore, Reject, Retry
+from celery.exceptions import Ignore, QueueNotFound, Reject, Retry
 
 from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import utcnow
-from celery_outbox.config import DEFAULTS, OutboxConfig
-from celery_outbox.dead_letters import loggable
+from celery_outbox.config import OutboxConfig
 from celery_outbox.envelope import build_message
-from celery_outbox.exceptions import OutboxConfigError
+from celery_outbox.long_text import bounded_logger, loggable
 from celery_outbox.records import NewMessage
 from celery_outbox.registry import store_for
 from celery_outbox.relay import relay_for
@@ -31,13 +31,14 @@ from celery_outbox.signals import task_retry_scheduled
 from celery_outbox.superseding import superseding
 from celery_outbox.worker.attempt import (
     FIRST_FAILED_HEADER,
+    HELD_HEADER,
     HOME_HEADER,
     PENDING_LETTER_HEADER,
     REQUEUES_HEADER,
     Attempt,
 )
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 #: The header of a retry message (and parked row) saying which error caused the retry.
 RETRY_REASON_HEADER = "outbox_retry_reason"
@@ -48,6 +49,8 @@ NO_ERROR_REASON = "retry() called without an error"
 
 #: Windows between puts-back of a message while the store is unreachable (1 s ... 1 min).
 STORE_BACKOFF = BackoffPolicy(base=timedelta(seconds=1), cap=timedelta(seconds=60))
+#: What a holding queue's name adds to the name of the queue its messages came from.
+HOLDING_SUFFIX = ".outbox_held"
 
 
 def schedule_retry(
@@ -132,47 +135,105 @@ def requeue_later(
 
     The same message (task id, retries, headers) is published again with an ETA on
     :data:`STORE_BACKOFF`'s window for how often it was put back, and this delivery is
-    acknowledged (``Ignore``). Only if the broker refuses too is the message rejected
-    with requeue, so a long store outage never turns into a hot redelivery loop and
-    nothing is lost. ``letter`` (the failure of a run whose dead letter could not be
-    written) rides along: the next delivery writes it without running the body again.
-    Past ``outbox_store_requeues`` put-backs each one is an ERROR naming the task id and
-    the last error.
+    acknowledged (``Ignore``). ``letter`` (the failure of a run whose dead letter could
+    not be written) rides along: the next delivery writes it without running the body.
+    A message already put back ``outbox_store_requeues`` times is held instead
+    (:func:`_hold_on_broker`), or put back again if the broker refuses the hold. Only if
+    the broker refuses the put-back too is the message rejected with requeue, so a long
+    store outage never turns into a hot redelivery loop and nothing is lost.
     """
+    pending = letter if letter is not None else attempt.pending_letter
+    limit = OutboxConfig.at_run_time(task.app).store_requeues
+    if attempt.requeues >= limit and _hold_on_broker(task, attempt, cause, pending=pending):
+        raise Ignore()
     now = utcnow()
     eta = now + STORE_BACKOFF.delay_for(attempt.requeues)
-    headers: dict[str, Any] = {REQUEUES_HEADER: attempt.requeues + 1}
-    pending = letter if letter is not None else attempt.pending_letter
-    if pending is not None:
-        headers[PENDING_LETTER_HEADER] = json.dumps(dict(pending))
-    if attempt.first_failed_at is not None:
-        headers[FIRST_FAILED_HEADER] = attempt.first_failed_at.isoformat()
-    if attempt.home is not None:  # put back on the retry queue: keep the task's own routing
-        headers[HOME_HEADER] = json.dumps(dict(attempt.home))
+    headers = {**_put_back_headers(attempt, pending), REQUEUES_HEADER: attempt.requeues + 1}
     options = attempt.resend_options(eta=eta, retries=attempt.retries, headers=headers)
     if _publish_eta(task, attempt, _message(task, attempt, options, now=now)):
-        level = logging.WARNING
-        if attempt.requeues + 1 > _store_requeues(task):
-            level = logging.ERROR
-        logger.log(
-            level,
-            "celery-outbox: store unreachable (%s); %s[%s] put back until %s (put-back %d%s)",
+        logger.warning(
+            "celery-outbox: store unreachable (%s); %s[%s] put back until %s (put-back %d of %d%s)",
             loggable(cause),
             task.name,
             attempt.task_id,
             eta.isoformat(),
             attempt.requeues + 1,
+            limit,
             "; its dead letter waits: the task will not run again" if pending else "",
         )
         raise Ignore()
     raise Reject(cause, requeue=True)
 
 
-def _store_requeues(task: Task[Any, Any]) -> int:
+def _hold_on_broker(
+    task: Task[Any, Any],
+    attempt: Attempt,
+    cause: Exception,
+    *,
+    pending: Mapping[str, Any] | None,
+) -> bool:
+    """The store still fails after ``outbox_store_requeues`` put-backs: hold the message
+    on its holding queue (:func:`holding_queue`) and log an ERROR naming the task id and
+    the last error; ``False`` (logged) when the broker refused it.
+
+    No worker consumes a holding queue unless told to, so the message waits there, whole
+    (its dead letter too, if it carries one), until the store is back and a worker is
+    started on that queue; delivered from there it is sent on as if it came from where
+    it was held from (:data:`~celery_outbox.worker.attempt.HELD_HEADER`), with
+    ``outbox_store_requeues`` put-backs again.
+    """
+    home = attempt.routing()
+    queue = holding_queue(home, default=task.app.conf.task_default_queue)
+    headers = {**_put_back_headers(attempt, pending), HELD_HEADER: json.dumps(home)}
+    options = attempt.resend_options(
+        eta=None, retries=attempt.retries, headers=headers, overrides={"queue": queue}
+    )
     try:
-        return OutboxConfig.from_celery(task.app).store_requeues
-    except OutboxConfigError:  # settings broken at runtime: warn at the default
-        return int(DEFAULTS["outbox_store_requeues"])
+        message = _message(task, attempt, options, now=utcnow())
+    except QueueNotFound:
+        logger.warning(
+            "celery-outbox: cannot hold %s[%s] on queue %r: task_create_missing_queues is "
+            "off and task_queues does not declare it; putting it back instead",
+            task.name,
+            attempt.task_id,
+            queue,
+        )
+        return False
+    if not _publish_eta(task, attempt, message):
+        return False
+    logger.error(
+        "celery-outbox: %s[%s] was put back %d times while its store failed (last error: %s); "
+        "held on queue %r%s. Once the store is back, consume that queue (celery worker "
+        "-Q %s) to send it on.",
+        task.name,
+        attempt.task_id,
+        attempt.requeues,
+        loggable(cause),
+        queue,
+        " with its dead letter: the task will not run again" if pending else "",
+        queue,
+    )
+    return True
+
+
+def holding_queue(routing: Mapping[str, Any], *, default: str) -> str:
+    """The queue a message from ``routing`` (:meth:`Attempt.routing`) is held on: its
+    queue's name (else its routing key, else ``default``) plus :data:`HOLDING_SUFFIX`."""
+    name = str(routing.get("queue") or routing.get("routing_key") or default)
+    return name if name.endswith(HOLDING_SUFFIX) else name + HOLDING_SUFFIX
+
+
+def _put_back_headers(attempt: Attempt, pending: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Headers a message put back or held keeps: its first failure, the dead letter it
+    carries, and its task's own routing when it was on a retry queue."""
+    headers: dict[str, Any] = {}
+    if pending is not None:
+        headers[PENDING_LETTER_HEADER] = json.dumps(dict(pending))
+    if attempt.first_failed_at is not None:
+        headers[FIRST_FAILED_HEADER] = attempt.first_failed_at.isoformat()
+    if attempt.home is not None:  # put back on the retry queue: keep the task's own routing
+        headers[HOME_HEADER] = json.dumps(dict(attempt.home))
+    return headers
 
 
 def _message(
@@ -193,12 +254,12 @@ def _message(
 
 
 def _publish_eta(task: Task[Any, Any], attempt: Attempt, message: NewMessage) -> bool:
-    """Publish the message with its ETA; ``False`` when the broker refused it."""
+    """Publish the message (with its ETA, if any); ``False`` when the broker refused it."""
     try:
         relay_for(task.app).publish_message(message)
     except Exception:
         logger.warning(
-            "celery-outbox: ETA publish of retry %s[%s] failed",
+            "celery-outbox: publish of %s[%s] (a retry, put-back or hold) failed",
             task.name,
             attempt.task_id,
             exc_info=True,

@@ -7,7 +7,6 @@ its error through the run without being handled twice.
 
 from __future__ import annotations
 
-import logging
 import random
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -22,6 +21,7 @@ from celery.exceptions import Ignore, Reject, Retry
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import OutboxConfigError, StoreError
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.registry import store_for
 from celery_outbox.storage import OutboxStore
 from celery_outbox.worker.attempt import Attempt
@@ -34,7 +34,7 @@ from celery_outbox.worker.outcomes import after_failure
 from celery_outbox.worker.policy import too_many_deliveries
 from celery_outbox.worker.republish import requeue_later
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 
 @dataclass

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +23,14 @@ from kombu.serialization import dumps, loads
 from celery_outbox.canvas_shape import workflow_root
 from celery_outbox.clock import utcnow
 from celery_outbox.exceptions import JoinMissing, StoreError
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.registry import store_for
 from celery_outbox.worker import successors
 from celery_outbox.worker.atomic import atomic_alias, serialise_result
 from celery_outbox.worker.attempt import Attempt
 from celery_outbox.workflow_dispatch import JOIN_HEADER, ending_step, handing_on
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 
 @dataclass(frozen=True)

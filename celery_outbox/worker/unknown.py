@@ -10,7 +10,6 @@ lost in between loses it, as plain Celery would.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from celery.exceptions import NotRegistered
@@ -19,12 +18,13 @@ from celery.signals import task_unknown
 from celery_outbox.canvas_shape import canvas_options, workflow_root
 from celery_outbox.clock import utcnow
 from celery_outbox.dead_letters import build_dead_letter
-from celery_outbox.escaping import escape_letter
 from celery_outbox.exceptions import NoStoreConfigured
+from celery_outbox.long_text import bounded_logger, loggable
 from celery_outbox.registry import store_for
+from celery_outbox.worker.letters import storable
 from celery_outbox.workflow_dispatch import JOIN_HEADER
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 
 def dead_letter_unknown(sender: Any, message: Any, name: str, id: str, **_: Any) -> int | None:
@@ -75,15 +75,15 @@ def dead_letter_unknown(sender: Any, message: Any, name: str, id: str, **_: Any)
     workflow = workflow_root(id, options)
     extra = {"workflow": workflow} if workflow else {}
     try:
-        letter_id = store.add_dead_letter(escape_letter(letter), **extra)
+        letter_id = store.add_dead_letter(storable(app, letter), **extra)
     except Exception:  # the message is gone already: say so loudly
         logger.critical(
             "celery-outbox: unknown task %s[%s] was rejected and its dead letter could not be "
-            "written: args=%r kwargs=%r",
+            "written: args=%s kwargs=%s",
             name,
             id,
-            args,
-            kwargs,
+            loggable(args),
+            loggable(kwargs),
             exc_info=True,
         )
         return None

@@ -7,14 +7,13 @@ committed rows. It is closed when the sweep ends (:meth:`end_claims_aside`).
 
 from __future__ import annotations
 
-import logging
-
 from django.db import connections
 
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.storage import OutboxStore
 from django_outbox.store.calls import alias_of
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 
 class DjangoClaimThreads(OutboxStore):

@@ -19,13 +19,13 @@ before its test database is dropped (the bundled pytest plugin does).
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 from collections.abc import Sequence
 from datetime import datetime
 
 from django.db import DatabaseError, connections
 
+from celery_outbox.long_text import bounded_logger
 from celery_outbox.published_rows import PublishedRows
 from celery_outbox.records import OUTBOX_TABLE
 from celery_outbox.storage import Supersedes
@@ -53,7 +53,7 @@ _DELETE_LEASED = (
     f"{_ASYNC_COMMIT}"
 )
 
-logger = logging.getLogger(__name__)
+logger = bounded_logger(__name__)
 
 _ROWS: dict[str, PublishedRows] = {}
 _LOCK = threading.Lock()

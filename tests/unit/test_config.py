@@ -10,6 +10,7 @@ from celery import Celery
 
 from celery_outbox.config import DEFAULTS, RULES, OutboxConfig, setting_errors
 from celery_outbox.exceptions import OutboxConfigError
+from celery_outbox.state import reset
 
 
 def test_defaults_match_design() -> None:
@@ -27,6 +28,7 @@ def test_defaults_match_design() -> None:
     assert config.max_payload_bytes == 4 * 1024 * 1024
     assert config.store is None
     assert config.retry_queue is None
+    assert config.store_requeues == 60  # about an hour of put-backs (1 s doubling to 60 s)
 
 
 def test_reads_celery_conf_and_django_namespace() -> None:
@@ -66,6 +68,9 @@ def test_none_payload_limit_means_no_limit() -> None:
         ("outbox_store", "nodots", "dotted path"),
         ("outbox_retry_queue", "", "None, or a queue name"),
         ("outbox_retry_queue", 7, "None, or a queue name"),
+        ("outbox_store_requeues", 0, "an integer from 1 to 10000 put-backs"),
+        ("outbox_store_requeues", "60", "an integer from 1 to 10000 put-backs"),
+        ("outbox_store_requeues", None, "an integer from 1 to 10000 put-backs"),
     ],
 )
 def test_bad_values_name_setting_value_and_accepted(key: str, value: Any, accepted: str) -> None:
@@ -75,6 +80,18 @@ def test_bad_values_name_setting_value_and_accepted(key: str, value: Any, accept
     assert key in message
     assert repr(value) in message
     assert accepted in message
+
+
+def test_at_run_time_bad_settings_read_again_give_the_defaults() -> None:
+    app = Celery("config-at-run-time", set_as_current=False)
+    app.conf.outbox_store_requeues = 3
+    assert OutboxConfig.at_run_time(app).store_requeues == 3
+    app.conf.outbox_store_requeues = -1
+    reset(app)  # read again, as after celery_outbox.state.reset
+    with pytest.raises(OutboxConfigError, match="outbox_store_requeues"):
+        OutboxConfig.from_celery(app)
+    assert OutboxConfig.at_run_time(app).store_requeues == 60
+    app.close()
 
 
 def test_every_setting_has_a_field() -> None:

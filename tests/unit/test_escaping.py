@@ -8,12 +8,16 @@ from datetime import datetime, timezone
 from typing import Any
 
 from celery_outbox.escaping import (
+    ARGUMENTS_KEY,
+    INCOMPLETE_KEY,
+    ORIGINAL_KEY,
     escape_letter,
     is_incomplete,
     minimal_letter,
     original_arguments,
     storable_json,
     storable_text,
+    within_budget,
 )
 from celery_outbox.exceptions import StoreDataError
 from celery_outbox.records import NewDeadLetter
@@ -91,3 +95,25 @@ def test_the_minimal_letter_keeps_task_id_and_reason_and_is_incomplete() -> None
     assert "builtins.ValueError: boom" in minimal.exception_message
     assert is_incomplete(minimal.options)
     assert not is_incomplete(full.options)
+
+
+def test_a_letter_within_its_budget_or_without_one_is_unchanged() -> None:
+    small = letter()
+    assert within_budget(small, max_bytes=1_000) is small
+    huge = letter(args=["x" * 100_000])
+    assert within_budget(huge, max_bytes=None) is huge
+
+
+def test_arguments_over_the_budget_are_left_out_keeping_their_ends_to_read() -> None:
+    huge = letter(args=["é" * 60_000, 1], kwargs={"k": "end"}, options={"queue": "q"})
+    cut = within_budget(huge, max_bytes=100_000)  # 60,000 x 6 bytes of JSON escapes
+    assert (cut.args, cut.kwargs) == ([], {})
+    assert (cut.exception_message, cut.traceback) == ("boom", "Traceback ...")  # kept
+    assert is_incomplete(cut.options)  # never requeued without its arguments
+    original = cut.options[ORIGINAL_KEY]
+    reason = original[INCOMPLETE_KEY]
+    assert "were 360,039 bytes of JSON, above outbox_max_payload_bytes=100,000" in reason
+    kept = original[ARGUMENTS_KEY]
+    assert kept.startswith('[["\\u00e9')  # ASCII JSON: storable anywhere
+    assert '1], {"k": "end"}] [celery-outbox cut 294,487 of 360,023 characters' in kept
+    assert len(kept) < 70_000

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from celery_outbox.exceptions import StoreDataError, StoreError
@@ -78,3 +80,64 @@ def test_a_refused_value_leaves_the_store_as_a_data_error() -> None:
     translated = store_errors("write a letter", data=(ValueError,), outage=(pymysql.err.Error,))
     with pytest.raises(StoreDataError, match="could not write a letter"), translated:
         raise packet
+
+
+def _mysql(code: int) -> Exception:
+    import pymysql
+
+    return pymysql.err.OperationalError(code, f"MySQL error {code}")
+
+
+def _postgres(name: str) -> Exception:
+    import psycopg
+
+    error: Exception = getattr(psycopg.errors, name)(f"PostgreSQL {name}")
+    return error
+
+
+def _sqlite(kind: str, message: str) -> Exception:
+    import sqlite3
+
+    error: Exception = getattr(sqlite3, kind)(message)
+    return error
+
+
+@pytest.mark.parametrize(
+    ("make", "refused"),
+    [
+        # MySQL/MariaDB numbers PyMySQL raises as OperationalError (its default class).
+        pytest.param(lambda: _mysql(1118), True, id="mysql-1118-row-size-too-large"),
+        pytest.param(lambda: _mysql(1153), True, id="mysql-1153-packet-too-big"),
+        pytest.param(lambda: _mysql(1292), True, id="mysql-1292-incorrect-value"),
+        pytest.param(lambda: _mysql(1301), True, id="mysql-1301-result-over-packet"),
+        pytest.param(lambda: _mysql(1406), True, id="mysql-1406-data-too-long"),
+        pytest.param(lambda: _mysql(3140), True, id="mysql-3140-invalid-json"),
+        pytest.param(lambda: _mysql(4025), True, id="mariadb-4025-check-constraint"),
+        pytest.param(lambda: _mysql(2006), False, id="mysql-2006-server-gone-away"),
+        pytest.param(lambda: _mysql(2013), False, id="mysql-2013-lost-connection"),
+        pytest.param(lambda: _mysql(1205), False, id="mysql-1205-lock-wait-timeout"),
+        pytest.param(lambda: _mysql(1213), False, id="mysql-1213-deadlock"),
+        # PostgreSQL: SQLSTATE class 54, program limits, raised as OperationalError.
+        pytest.param(lambda: _postgres("ProgramLimitExceeded"), True, id="pg-54000"),
+        pytest.param(lambda: _postgres("StatementTooComplex"), True, id="pg-54001"),
+        pytest.param(lambda: _postgres("TooManyColumns"), True, id="pg-54011"),
+        pytest.param(lambda: _postgres("TooManyArguments"), True, id="pg-54023"),
+        pytest.param(lambda: _postgres("AdminShutdown"), False, id="pg-57P01-shutdown"),
+        pytest.param(lambda: _postgres("CannotConnectNow"), False, id="pg-57P03-starting"),
+        pytest.param(lambda: _postgres("SerializationFailure"), False, id="pg-40001"),
+        # SQLite: DataError since Python 3.11, OperationalError before.
+        pytest.param(lambda: _sqlite("DataError", "string or blob too big"), True, id="sqlite"),
+        pytest.param(
+            lambda: _sqlite("OperationalError", "string or blob too big"), True, id="sqlite-old"
+        ),
+        pytest.param(
+            lambda: _sqlite("OperationalError", "database is locked"), False, id="sqlite-locked"
+        ),
+    ],
+)
+def test_each_vendors_refusals_are_data_and_its_outages_are_not(
+    make: Callable[[], Exception], refused: bool
+) -> None:
+    from celery_outbox.store_errors import refused_value
+
+    assert refused_value(make()) is refused

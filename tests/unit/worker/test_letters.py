@@ -1,8 +1,10 @@
 """Writing a dead letter: a store that is down puts the message back, one that refuses
-the letter as data gets it minimal, and the task never runs again for it."""
+the letter as data gets it minimal, and the task never runs again for it. A letter is
+bounded before it is written, and what the worker logs of it too (issue 43)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -12,12 +14,13 @@ from celery.exceptions import Ignore, Reject
 from kombu import Connection, Queue
 
 from celery_outbox import NoStoreConfigured, StoreDataError, StoreError
-from celery_outbox.escaping import is_incomplete
+from celery_outbox.escaping import ARGUMENTS_KEY, ORIGINAL_KEY, is_incomplete
+from celery_outbox.long_text import LOG_LINE_CHARS, LOG_TRACE_CHARS
 from celery_outbox.registry import install_store
 from celery_outbox.testing import InMemoryOutboxStore
 from celery_outbox.worker.letters import write_dead_letter
 from celery_outbox.worker.policy import Outcome
-from tests.unit.worker.support import attempt_of, queued_ids
+from tests.unit.worker.support import attempt_of, queued_ids, queued_messages
 
 NOW = datetime.now(timezone.utc)
 
@@ -133,3 +136,54 @@ def test_no_store_while_writing_a_dead_letter_puts_the_message_back(
             now=NOW,
         )
     assert queued_ids(queue_name) == ["t8"]
+
+
+def test_arguments_over_the_payload_limit_are_left_out_of_the_letter(
+    app: Celery, queue_name: str
+) -> None:
+    app.conf.outbox_max_payload_bytes = 100_000
+    store = InMemoryOutboxStore()
+    install_store(app, store)
+    attempt = replace(attempt_of("t8", queue_name), args=("y" * 200_000,), kwargs={"n": 1})
+    letter_id = write_dead_letter(
+        app.tasks["unit.retrying"], attempt, ValueError("boom"), outcome=Outcome.EXHAUSTED, now=NOW
+    )
+    assert letter_id is not None
+    stored = store.get_dead_letter(letter_id)
+    assert stored is not None
+    assert (stored.args, stored.kwargs, stored.exception_message) == ([], {}, "boom")
+    assert is_incomplete(stored.options)  # never requeued without its arguments
+    original = stored.options[ORIGINAL_KEY]
+    assert "above outbox_max_payload_bytes=100,000" in original["incomplete"]
+    assert original[ARGUMENTS_KEY].startswith('[["yyy')
+    assert '"n": 1}] [celery-outbox cut' in original[ARGUMENTS_KEY]
+    assert queued_ids(queue_name) == []
+
+
+def write_while_handling(app: Celery, attempt: Any, exc: Exception) -> int | None:
+    """``write_dead_letter`` while ``exc`` is being handled, as the worker calls it."""
+    try:
+        raise exc
+    except Exception as handled:
+        return write_dead_letter(
+            app.tasks["unit.retrying"], attempt, handled, outcome=Outcome.EXHAUSTED, now=NOW
+        )
+
+
+def test_a_huge_failure_with_the_store_down_logs_bounded_lines(
+    app: Celery, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The worker logs the store's error while handling the task's own, which Python chains
+    # into the traceback: 9 MB on every put-back before.
+    install_store(app, BrokenStore())
+    attempt = replace(attempt_of("t9", queue_name), args=("z" * 100_000,))
+    with pytest.raises(Ignore):
+        write_while_handling(app, attempt, ValueError("x" * 9_000_000))
+    handler = caplog.handler
+    lines = "\n".join(handler.format(record) for record in caplog.records)
+    assert "could not write the dead letter" in lines
+    assert "put back until" in lines
+    assert len(lines) < 2 * (LOG_TRACE_CHARS + LOG_LINE_CHARS)
+    assert max(len(line) for line in lines.splitlines()) < LOG_LINE_CHARS + 200
+    (message,) = queued_messages(queue_name)  # the letter it carries is bounded too
+    assert len(message.headers["outbox_pending_letter"]) < 20_000
