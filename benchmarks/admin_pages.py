@@ -132,7 +132,7 @@ def seed(rows: int, letters: int, completed: int, workflows: int) -> None:
     """Empty the tables and write the rows (autocommit), then ``VACUUM ANALYZE``."""
     from django.db import connection
 
-    from celery_outbox.records import (
+    from celery_outbox.store.records import (
         COMPLETED_TABLE,
         DEAD_LETTER_TABLE,
         OUTBOX_TABLE,

@@ -110,7 +110,8 @@ def _compare(
     target: bool,
 ) -> list[dict[str, Any]]:
     """Alternate ``plain_task`` (``None``: ``OutboxTask.delay()``) and ``our_task`` in each
-    case's rounds, ``clear`` after each pair; one row per case, ``our_task`` as ours."""
+    case's rounds, ``clear`` after each pair; one row per case, ``our_task`` as ours.
+    """
     rows = []
     for case, per_txn, case_target in CASES:
         count = max(per_txn, tasks // per_txn * per_txn)

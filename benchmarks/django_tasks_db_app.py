@@ -1,5 +1,6 @@
 """The django_tasks benchmark's task on django-tasks-db's backend (``TASKS["database"]``);
-imported only when django-tasks-db is installed."""
+imported only when django-tasks-db is installed.
+"""
 
 from __future__ import annotations
 

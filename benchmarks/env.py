@@ -45,7 +45,7 @@ def reset_outbox() -> None:
     """Empty the outbox and dead-letter tables."""
     from django.db import connection
 
-    from celery_outbox.records import DEAD_LETTER_TABLE, OUTBOX_TABLE
+    from celery_outbox.store.records import DEAD_LETTER_TABLE, OUTBOX_TABLE
 
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {OUTBOX_TABLE}, {DEAD_LETTER_TABLE}")
@@ -60,7 +60,8 @@ def on_rabbitmq() -> bool:
 
 def purge_broker() -> None:
     """Empty this run's queue and delete its report keys (and, on Redis, the
-    unacknowledged messages)."""
+    unacknowledged messages).
+    """
     from benchmarks.app import QUEUE, reports
 
     client = reports()

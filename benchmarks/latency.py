@@ -107,7 +107,8 @@ def _row(case: str, latencies: list[float], target: float | None) -> dict[str, A
 
 def run(*, tasks: int) -> list[dict[str, Any]]:
     """Six result rows (p50/p99 in ms): plain, on-commit and sweep paths to the task's start,
-    the sweep path polled and woken by NOTIFY; then the sweep path to the broker alone."""
+    the sweep path polled and woken by NOTIFY; then the sweep path to the broker alone.
+    """
     env.reset_outbox()
     worker = start_worker(pool="prefork", concurrency=2)
     try:
@@ -148,7 +149,8 @@ def run(*, tasks: int) -> list[dict[str, Any]]:
 
 def _to_broker(tasks: int) -> list[float]:
     """Commit -> the message in the Redis queue (no worker: the relay's part alone), one
-    row at a time (``BLPOP`` waits for each)."""
+    row at a time (``BLPOP`` waits for each).
+    """
     from benchmarks.app import QUEUE, reports
 
     client, latencies = reports(), []

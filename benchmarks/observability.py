@@ -64,7 +64,8 @@ def install_tracing() -> None:
 @contextmanager
 def observed(on: bool) -> Iterator[None]:
     """Metrics counted and trace context carried (``on``), or neither, while inside."""
-    from celery_outbox import metric_counters, tracing
+    from celery_outbox import metrics as metric_counters
+    from celery_outbox import tracing
 
     if on:
         metric_counters.connect()
@@ -109,7 +110,8 @@ def _worker_round(on: bool, tasks: int) -> float:
 
 def _order(index: int) -> tuple[bool, bool]:
     """Which side runs first in round ``index``: off first in even rounds, on first in
-    odd ones, so neither side always runs on the tables and broker the other just used."""
+    odd ones, so neither side always runs on the tables and broker the other just used.
+    """
     return (False, True) if index % 2 == 0 else (True, False)
 
 

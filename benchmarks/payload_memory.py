@@ -52,7 +52,7 @@ def _seed(rows: int, size: int) -> None:
     from django.db import connection, transaction
 
     from benchmarks.app import outbox_noop
-    from celery_outbox.records import OUTBOX_TABLE
+    from celery_outbox.store.records import OUTBOX_TABLE
 
     # One template row, built as .delay() builds it, deleted before its commit publishes it.
     with transaction.atomic(), connection.cursor() as cursor:
@@ -80,8 +80,8 @@ def _child(case: str, rows: int, size: int, budget: int) -> dict[str, Any]:
     from benchmarks.app import app, outbox_noop
     from celery_outbox.config import OutboxConfig
     from celery_outbox.registry import store_for
-    from celery_outbox.relay import relay_for
-    from celery_outbox.sweeper import Sweeper
+    from celery_outbox.relay.relay import relay_for
+    from celery_outbox.relay.sweeper import Sweeper
 
     app.conf.outbox_sweep_batch_bytes = budget
     if case == "sweep":
@@ -103,7 +103,7 @@ def _child(case: str, rows: int, size: int, budget: int) -> dict[str, Any]:
     heap = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     if case != "sweep":
-        from django_outbox.store.published import settle
+        from django_outbox.store.transactions import settle
 
         settle()  # the published rows' DELETE runs on a thread, a moment after the commit
         done = rows - int(_pending())

@@ -100,7 +100,8 @@ def start_worker(
 ) -> Child:
     """A Celery worker of ``app_module`` (the benchmark app) on ``queue`` (this run's
     queue by default), at CPU priority ``nice``, confined to the CPUs ``cpus`` (a
-    ``taskset -c`` list) when given, once it is ready (the module prints :data:`READY`)."""
+    ``taskset -c`` list) when given, once it is ready (the module prints :data:`READY`).
+    """
     from benchmarks.app import QUEUE
 
     argv = [

@@ -95,7 +95,8 @@ def run(*, healthy: int, rounds: int, storm: int = STORM) -> list[dict[str, Any]
     """Four result rows (without ``retry_queue``, with it, with it and a niced retry
     worker, with it and each worker on a core of its own), as ratios to the no-failure
     throughput of the same healthy worker (``--quick`` uses a smaller storm, as a harness
-    check)."""
+    check).
+    """
     from benchmarks.app import LOW_RETRY_QUEUE, PINNED_QUEUE, PINNED_RETRY_QUEUE, RETRY_QUEUE
 
     env.reset_outbox()

@@ -24,7 +24,7 @@ from benchmarks.processes import Child, start_worker, wait_until
 #: Plain Celery's tracer keeps each retried task's stack (and billiard's copy of its
 #: traceback) in a reference cycle until a full garbage collection, which grows the heap
 #: for the first ~500 retries and then stays flat, so the baseline is read after 1,000.
-#: ``OutboxTask`` frees it when the tracer returns (``celery_outbox.worker.retry_frames``).
+#: ``OutboxTask`` frees it when the tracer returns (``celery_outbox.worker.runner``).
 WARM_UP = 1000
 #: Seconds after the last first attempt before RSS is read (the last retries reach the
 #: worker or the table), and how many RSS samples are then read 0.3 s apart (the largest
@@ -40,7 +40,7 @@ MIB = 1024 * 1024
 def _outbox_table_bytes() -> int:
     from django.db import connection
 
-    from celery_outbox.records import OUTBOX_TABLE
+    from celery_outbox.store.records import OUTBOX_TABLE
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_total_relation_size(%s)", [OUTBOX_TABLE])
@@ -115,12 +115,13 @@ def _side(
 def _sweeper_peak(rows: int) -> float:
     """Make the parked rows due, then sweep them all with ``outbox sweep`` (batches of
     ``outbox_sweep_batch_size``, 500), as often as it takes; its largest RSS, sampled
-    every 20 ms. Every row must reach the queue."""
+    every 20 ms. Every row must reach the queue.
+    """
     import sys
 
     from django.db import connection
 
-    from celery_outbox.records import OUTBOX_TABLE
+    from celery_outbox.store.records import OUTBOX_TABLE
 
     with connection.cursor() as cursor:
         cursor.execute(

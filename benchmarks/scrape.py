@@ -69,7 +69,7 @@ def seed(rows: int) -> None:
     """Empty the tables and write the mixed rows (autocommit), then ``VACUUM ANALYZE``."""
     from django.db import connection
 
-    from celery_outbox.records import DEAD_LETTER_TABLE, OUTBOX_TABLE, WORKFLOW_TABLE
+    from celery_outbox.store.records import DEAD_LETTER_TABLE, OUTBOX_TABLE, WORKFLOW_TABLE
 
     env.reset_outbox()
     with connection.cursor() as cursor:

@@ -11,7 +11,7 @@ from kombu.utils.uuid import uuid
 def outbox_messages(task: Any, count: int) -> list[Any]:
     """``count`` messages of ``task(i)``, built exactly as ``delay(i)`` builds them."""
     from celery_outbox.clock import utcnow
-    from celery_outbox.envelope import build_message
+    from celery_outbox.dispatch.envelope import build_message
 
     now = utcnow()
     return [
@@ -32,7 +32,7 @@ def outbox_messages(task: Any, count: int) -> list[Any]:
 def seed_outbox(task: Any, count: int) -> list[str]:
     """Insert ``count`` pending rows of ``task(i)``; their task ids, in order."""
     from django_outbox.models import OutboxMessage
-    from django_outbox.store.clocks import clock_of
+    from django_outbox.store.calls import clock_of
     from django_outbox.store.rows import new_message as new_row
 
     messages, now = outbox_messages(task, count), clock_of("default")()

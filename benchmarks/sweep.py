@@ -25,8 +25,8 @@ def sweeper() -> Any:
     from benchmarks.app import app
     from celery_outbox.config import OutboxConfig
     from celery_outbox.registry import store_for
-    from celery_outbox.relay import relay_for
-    from celery_outbox.sweeper import Sweeper
+    from celery_outbox.relay.relay import relay_for
+    from celery_outbox.relay.sweeper import Sweeper
 
     config = replace(OutboxConfig.from_celery(app), publish_grace=timedelta(0))
     return Sweeper(
@@ -76,10 +76,11 @@ def table_analysed() -> bool:
     """Whether the outbox table has column statistics: an ``ANALYZE`` of it (another
     benchmark's, or autovacuum's) left them, and ``TRUNCATE`` keeps them. With them a
     claim reads the due index in order; without them (a database whose outbox was never
-    analysed) it sorts every due row, ~9 ms more per claim of a 20,000-row backlog."""
+    analysed) it sorts every due row, ~9 ms more per claim of a 20,000-row backlog.
+    """
     from django.db import connection
 
-    from celery_outbox.records import OUTBOX_TABLE
+    from celery_outbox.store.records import OUTBOX_TABLE
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_stats WHERE tablename = %s", [OUTBOX_TABLE])

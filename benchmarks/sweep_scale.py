@@ -93,7 +93,7 @@ def seed_parked(rows: int) -> None:
     """``rows`` pending rows parked a day ahead, then ``VACUUM ANALYZE``."""
     from django.db import connection
 
-    from celery_outbox.records import OUTBOX_TABLE
+    from celery_outbox.store.records import OUTBOX_TABLE
 
     env.reset_outbox()
     with connection.cursor() as cursor:
@@ -115,7 +115,7 @@ def claim_plan() -> str:
     from django.db import connection, transaction
 
     from celery_outbox.clock import utcnow
-    from django_outbox.store.sql import _CLAIM_DUE
+    from django_outbox.store.statements import _CLAIM_DUE
 
     now = utcnow()
     params = [now, now, now, 500, now, None, None]

@@ -8,11 +8,12 @@ of ``__all__`` is described in ``docs/api.md``; plumbing (``store_for``, ``relay
 
 from __future__ import annotations
 
+from celery_outbox import _moved  # noqa: F401 - installs the old module paths
 from celery_outbox.backoff import BackoffPolicy
-from celery_outbox.batching import batched_dispatch
 from celery_outbox.cancelling import CancelResult, cancel
 from celery_outbox.config import OutboxConfig
 from celery_outbox.dead_letters import discard, requeue
+from celery_outbox.dispatch.batching import batched_dispatch
 from celery_outbox.exceptions import (
     ArgumentsMismatch,
     AtomicUnsupported,
@@ -31,12 +32,12 @@ from celery_outbox.exceptions import (
     TooManyDeliveries,
     UnstorableResult,
 )
-from celery_outbox.records import DeadLetterStatus, MessageStatus
 from celery_outbox.registry import install_store
-from celery_outbox.relay import Relay
-from celery_outbox.storage import OutboxStore
+from celery_outbox.relay.relay import Relay
+from celery_outbox.relay.sweeper import Sweeper, SweepReport
+from celery_outbox.store.base import OutboxStore
+from celery_outbox.store.records import DeadLetterStatus, MessageStatus
 from celery_outbox.sweep_task import SWEEP_TASK
-from celery_outbox.sweeper import Sweeper, SweepReport
 from celery_outbox.task import OutboxTask
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Every Celery internal celery-outbox leans on, in one place.
 
 ``tests/unit/test_compat.py`` pins each one: an upgrade that changes one fails there, by
-name. (kombu, py-amqp and redis-py internals live in :mod:`celery_outbox.broker`.)
+name. (kombu, py-amqp and redis-py internals live in :mod:`celery_outbox.publishing.broker`.)
 
 - :func:`connect_on_app_finalize` / :func:`active_apps`: ``celery._state`` (as Celery
   registers ``celery.backend_cleanup``). Finalize callbacks run *before* the app's pending
@@ -195,7 +195,8 @@ def _prepare_steps(self: _chain, args: Any, kwargs: Any, tasks: Any, *rest: Any,
 
 def _made_by(tasks: list[Any]) -> Celery | None:
     """The app the first signature among ``tasks`` (and the canvases they hold) was made
-    by, or ``None``."""
+    by, or ``None``.
+    """
     for task in tasks:
         made = getattr(task, "_app", None)
         if made is not None:
@@ -215,7 +216,8 @@ def _ensure_chords_allowed(self: DisabledBackend) -> None:
 
 def _chords_all_joined(app: Celery, tasks: list[Any]) -> bool:
     """Whether every chord of a chain's ``tasks`` (a group followed by a task is one) has
-    a database-joined header."""
+    a database-joined header.
+    """
     assert _hooks is not None
     for index, task in enumerate(tasks):
         task = maybe_signature(task, app=app)
@@ -235,7 +237,8 @@ def _chords_all_joined(app: Celery, tasks: list[Any]) -> bool:
 
 def drawn_lazily(tasks: Any) -> bool:
     """Whether a group's ``tasks`` are a generator Celery has not drawn to its end (its
-    ``regen``), which Celery dispatches as it draws (celery#3021): left to Celery."""
+    ``regen``), which Celery dispatches as it draws (celery#3021): left to Celery.
+    """
     return isinstance(tasks, _REGEN) and not getattr(tasks, "_regen__done", True)
 
 

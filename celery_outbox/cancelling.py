@@ -35,11 +35,11 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import KombuError
 
-from celery_outbox.broker import Deadline, close, connect
 from celery_outbox.config import OutboxConfig
 from celery_outbox.long_text import bounded_logger
-from celery_outbox.records import TASK_ID_MAX_LENGTH, CancelledRow
+from celery_outbox.publishing.broker import Deadline, close, connect
 from celery_outbox.registry import store_for
+from celery_outbox.store.records import TASK_ID_MAX_LENGTH, CancelledRow
 
 logger = bounded_logger(__name__)
 
@@ -50,7 +50,8 @@ ANNOUNCED_IDS = 20
 @dataclass(eq=False)
 class Revocation:
     """The revoke of a cancel's task ids, filled in once the cancel's transaction committed
-    and the broadcast was tried: ``sent``, or ``error`` saying why not."""
+    and the broadcast was tried: ``sent``, or ``error`` saying why not.
+    """
 
     sent: bool = False
     error: str = ""
@@ -126,7 +127,8 @@ def cancel(
 
 def chosen(ids: Iterable[int], task_ids: Iterable[str]) -> tuple[list[int], list[str]]:
     """The row ids and task ids a cancel is given, each once, checked (see :func:`cancel`:
-    a string would be read as its characters, and Django reads ``"12"`` as row id 12)."""
+    a string would be read as its characters, and Django reads ``"12"`` as row id 12).
+    """
     for name, given in (("ids", ids), ("task_ids", task_ids)):
         if isinstance(given, (str, bytes)):
             raise TypeError(f"cancel: {name}={given!r} is a string: give a list of them.")
@@ -153,7 +155,8 @@ def after_commit(
     announce: Callable[[list[str]], None],
 ) -> None:
     """Once the cancel's transaction commits: the revoke of the cancelled task ids (its
-    outcome into ``revocation``, a failure logged), then ``announce`` of them."""
+    outcome into ``revocation``, a failure logged), then ``announce`` of them.
+    """
     if not rows:
         return
     task_ids = list(dict.fromkeys(row.task_id for row in rows))

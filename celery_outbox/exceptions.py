@@ -38,7 +38,8 @@ class PayloadError(OutboxError, TypeError):
 
 class ArgumentsMismatch(OutboxError, TypeError):
     """A message's arguments do not fit its task's signature (a message written by another
-    version of the code): dead-lettered without running, never retried."""
+    version of the code): dead-lettered without running, never retried.
+    """
 
 
 class ScheduleError(OutboxError, ValueError):
@@ -51,7 +52,8 @@ class DeadLetterDiscarded(OutboxError, LookupError):
 
 class DeadLetterCompleted(OutboxError, LookupError):
     """The dead letter's task completed after the letter was written (a duplicate delivery
-    of an atomic task): requeueing it would run the task again, so it is not requeued."""
+    of an atomic task): requeueing it would run the task again, so it is not requeued.
+    """
 
 
 class RetriesExhausted(OutboxError):
@@ -94,4 +96,5 @@ class BatchWriteError(StoreError):
     """The outbox rows a batch of dispatches collected could not be written when it ended.
 
     A :class:`StoreError`, so code that catches a store outage around its transaction
-    catches a failed batch (or ``group(...)``) the same way as a failed single dispatch."""
+    catches a failed batch (or ``group(...)``) the same way as a failed single dispatch.
+    """

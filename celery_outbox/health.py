@@ -2,7 +2,7 @@
 
 :func:`check` returns the reasons an app's outbox is unhealthy, one line each (none:
 healthy). Each database the sweep covers is read with a few bounded, indexed queries
-(:class:`~celery_outbox.monitoring.MonitoredStore`), ages on the database's clock::
+(:class:`~celery_outbox.store.base.MonitoredStore`), ages on the database's clock::
 
     from datetime import timedelta
     from celery_outbox.health import check
@@ -24,9 +24,8 @@ from celery import Celery
 
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
-from celery_outbox.monitoring import Backlog, LastSweep
 from celery_outbox.registry import store_for
-from celery_outbox.storage import OutboxStore
+from celery_outbox.store.base import Backlog, LastSweep, OutboxStore
 
 #: Default ``max_sweep_age``, in sweep intervals: a sweep records itself at most once an
 #: interval, so a record up to two intervals old is normal.
@@ -55,7 +54,8 @@ class HealthLimits:
     @classmethod
     def defaults(cls, config: OutboxConfig) -> HealthLimits:
         """A due row may wait ``outbox_publish_grace`` plus three sweep intervals, and the
-        last sweep be three intervals old."""
+        last sweep be three intervals old.
+        """
         interval = config.sweep_interval
         return cls(
             max_pending_age=config.publish_grace + SWEEP_INTERVALS * interval,

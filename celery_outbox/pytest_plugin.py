@@ -3,7 +3,7 @@
 Fixtures, all opt-in (nothing runs unless a test asks for it):
 
 ``outbox``
-    An :class:`~celery_outbox.recorder.OutboxRecorder` for the test: every
+    An :class:`~celery_outbox.testing.recorder.OutboxRecorder` for the test: every
     ``OutboxTask`` dispatch is recorded (task, arguments, options, alias, whether its
     transaction committed), nothing is published on commit, and ``outbox.drain()`` runs
     the kept dispatches in the test process (``drain(publish=True)``: to the broker).
@@ -12,7 +12,7 @@ Fixtures, all opt-in (nothing runs unless a test asks for it):
     Override it in your ``conftest.py`` to name another.
 
 One hook runs for every test: after a test, the published rows whose ``DELETE`` the
-Django store handed to a thread (:mod:`django_outbox.store.published`) are deleted and
+Django store handed to a thread (:mod:`django_outbox.store.transactions`) are deleted and
 that thread's connection is closed, so no test sees another's rows and the test database
 can be dropped at the end (nothing happens unless that module was loaded).
 
@@ -29,7 +29,7 @@ import pytest
 from celery import Celery, current_app
 
 if TYPE_CHECKING:
-    from celery_outbox.recorder import OutboxRecorder
+    from celery_outbox.testing.recorder import OutboxRecorder
 
 __all__ = ["outbox", "outbox_celery_app"]
 
@@ -45,7 +45,7 @@ def outbox_celery_app() -> Celery:
 def outbox(outbox_celery_app: Celery) -> Iterator[OutboxRecorder]:
     """What this test dispatched through the outbox; assertions and ``drain()`` on it."""
     # Imported here: loading the plugin (every pytest run, once installed) stays cheap.
-    from celery_outbox.recorder import OutboxRecorder
+    from celery_outbox.testing.recorder import OutboxRecorder
 
     with OutboxRecorder.recording(outbox_celery_app) as recorder:
         yield recorder
@@ -54,7 +54,7 @@ def outbox(outbox_celery_app: Celery) -> Iterator[OutboxRecorder]:
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
     """Before a test's fixtures end: delete its published rows still waiting (Django)."""
-    published = sys.modules.get("django_outbox.store.published")
+    published = sys.modules.get("django_outbox.store.transactions")
     if published is not None:
         published.settle()
     yield

@@ -1,7 +1,7 @@
 """Which store a Celery app uses: see :mod:`celery_outbox.state` for the order.
 
 The relay of an app (``relay_for``) lives with the relay
-(:func:`celery_outbox.relay.relay_for`); its old name here still works, with a warning.
+(:func:`celery_outbox.relay.relay.relay_for`); its old name here still works, with a warning.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from kombu.utils.imports import symbol_by_name
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import NoStoreConfigured, OutboxConfigError
 from celery_outbox.state import default_store, set_default_store, state_of
-from celery_outbox.storage import OutboxStore
+from celery_outbox.store.base import OutboxStore
 
 __all__ = ["install_store", "load_store", "set_default_store", "store_for"]
 
@@ -105,15 +105,15 @@ _warned: set[str] = set()
 
 
 def __getattr__(name: str) -> Any:
-    """``relay_for``, moved to :mod:`celery_outbox.relay`: found there, warning once."""
+    """``relay_for``, moved to :mod:`celery_outbox.relay.relay`: found there, warning once."""
     if name != "relay_for":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name not in _warned:
         _warned.add(name)
         warnings.warn(
-            "celery_outbox.registry.relay_for moved to celery_outbox.relay.relay_for: "
+            "celery_outbox.registry.relay_for moved to celery_outbox.relay.relay.relay_for: "
             "import it from there.",
             DeprecationWarning,
             stacklevel=2,
         )
-    return importlib.import_module("celery_outbox.relay").relay_for
+    return importlib.import_module("celery_outbox.relay.relay").relay_for

@@ -7,9 +7,9 @@ from typing import Any
 from celery.utils.dispatch import Signal
 
 #: Sent after outbox rows reached the broker: ``sender`` is the app, ``task_ids`` a list,
-#: ``messages`` the published rows (:class:`~celery_outbox.records.StoredMessage`, in the
+#: ``messages`` the published rows (:class:`~celery_outbox.store.records.StoredMessage`, in the
 #: order of ``task_ids``) and ``path`` the entry point that published them
-#: (:data:`~celery_outbox.relay.PublishPath`: ``commit``, ``sweep``, ``relay`` or ``now``).
+#: (:data:`~celery_outbox.relay.relay.PublishPath`: ``commit``, ``sweep``, ``relay`` or ``now``).
 message_published = Signal(
     name="outbox_message_published", providing_args=["task_ids", "messages", "path"]
 )
@@ -44,7 +44,7 @@ task_duplicate_skipped = Signal(
 #: ``apply_async`` options given), ``using`` (the alias given), ``message`` (the row's
 #: ``NewMessage``; ``None`` under ``task_always_eager``, which writes no row) and ``row_id``
 #: (``None`` when no row was written: eager, or the task id was already pending).
-#: The pytest plugin records dispatches with it (:mod:`celery_outbox.recorder`).
+#: The pytest plugin records dispatches with it (:mod:`celery_outbox.testing.recorder`).
 task_dispatched = Signal(
     name="outbox_task_dispatched",
     providing_args=["task_id", "args", "kwargs", "options", "using", "message", "row_id"],
@@ -55,7 +55,8 @@ def announce_dispatch(
     task: Any, task_id: str, args: Any, kwargs: Any, options: Any, **row: Any
 ) -> None:
     """Send :data:`task_dispatched` (``row``: ``using``, ``message``, ``row_id``); free
-    while nobody listens."""
+    while nobody listens.
+    """
     if task_dispatched.receivers:
         given = {k: v for k, v in options.items() if v is not None}
         kwargs = dict(kwargs or {})

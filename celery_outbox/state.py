@@ -2,7 +2,7 @@
 
 Each app has one :class:`AppState`: its validated settings, its store, its relay and the
 unconnected connection dispatch captures messages with. Everything else reads them
-through :func:`celery_outbox.registry.store_for`, :func:`celery_outbox.relay.relay_for`
+through :func:`celery_outbox.registry.store_for`, :func:`celery_outbox.relay.relay.relay_for`
 and :meth:`celery_outbox.config.OutboxConfig.from_celery`.
 
 Where an app's store comes from, first match wins:
@@ -33,7 +33,7 @@ from typing import Protocol
 from celery import Celery
 from kombu import Connection
 
-from celery_outbox.storage import OutboxStore
+from celery_outbox.store.base import OutboxStore
 
 #: The one attribute of a Celery app the outbox sets (nothing else reads or writes it).
 _SLOT = "_celery_outbox_state"

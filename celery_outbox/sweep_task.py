@@ -20,9 +20,9 @@ from celery import Celery, Task
 from celery_outbox._compat import active_apps, connect_on_app_finalize, registered_tasks
 from celery_outbox.config import OutboxConfig
 from celery_outbox.registry import store_for
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper, SweepReport
 from celery_outbox.state import default_store, state_of
-from celery_outbox.sweeper import Sweeper, SweepReport
 from celery_outbox.task import OutboxTask
 
 #: The registered name of the sweep task.

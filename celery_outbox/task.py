@@ -12,24 +12,26 @@ from celery.exceptions import Retry
 from celery.result import AsyncResult
 from kombu.utils.uuid import uuid
 
-from celery_outbox import workflow_dispatch
-from celery_outbox.batching import current_batch
 from celery_outbox.config import OutboxConfig
-from celery_outbox.dispatch_target import dispatch_alias, is_atomic
-from celery_outbox.eager import apply_on_commit
-from celery_outbox.envelope import build_call
+from celery_outbox.dispatch.batching import current_batch
+from celery_outbox.dispatch.eager import apply_on_commit
+from celery_outbox.dispatch.envelope import build_call
+from celery_outbox.dispatch.target import dispatch_alias, is_atomic
 from celery_outbox.exceptions import AtomicUnsupported, OutboxConfigError
-from celery_outbox.records import StoredMessage
 from celery_outbox.registry import store_for
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
 from celery_outbox.signals import announce_dispatch
-from celery_outbox.superseding import superseding
+from celery_outbox.store.records import StoredMessage
+from celery_outbox.store.superseding import superseding
 from celery_outbox.worker import atomic as atomic_runs
-from celery_outbox.worker import retry_frames, runner, unknown
+from celery_outbox.worker import letters as unknown
+from celery_outbox.worker import runner
+from celery_outbox.worker import runner as retry_frames
 from celery_outbox.worker.arguments import check_arguments
 from celery_outbox.worker.attempt import USING_HEADER, attempt_from_request
 from celery_outbox.worker.options import check_tasks, checked_options
 from celery_outbox.worker.steps import Step
+from celery_outbox.workflows import dispatch as workflow_dispatch
 
 if TYPE_CHECKING:
     _TaskBase = Task[Any, Any]
@@ -170,7 +172,7 @@ class OutboxTask(_TaskBase):
         ``queue``, ``routing_key``, ``priority``, ``headers`` ...). ``task_id`` is an
         idempotency key: while a row with that id is pending, no second row is written,
         unless that row's message was already delivered (Celery's ``Task.replace()``, a
-        task dispatching its own id: :mod:`celery_outbox.superseding`).
+        task dispatching its own id: :mod:`celery_outbox.store.superseding`).
         Returns the ``AsyncResult`` Celery builds (``ignored`` with ``ignore_result``).
         ``producer`` is ignored: the relay publishes through its own connection.
 
@@ -180,7 +182,7 @@ class OutboxTask(_TaskBase):
             When the arguments cannot be serialised, are nested deeper than
             ``MAX_ARGUMENT_DEPTH``, or the row (arguments, headers, options, task id)
             cannot be stored or exceeds ``outbox_max_payload_bytes``
-            (see :mod:`celery_outbox.limits`).
+            (see :mod:`celery_outbox.dispatch.validation`).
         NoStoreConfigured
             When no outbox store is installed.
         OutboxConfigError

@@ -40,7 +40,8 @@ else:
 
 #: Name of the span around the publish of one row (or of one retry from a worker).
 PUBLISH_SPAN = "celery_outbox.publish"
-#: Span attribute: the path that published the message (:data:`~celery_outbox.relay.PublishPath`).
+#: Span attribute: the path that published the message
+#: (:data:`~celery_outbox.relay.relay.PublishPath`).
 PATH_ATTRIBUTE = "celery_outbox.path"
 #: Span attribute: seconds from the row's due time (its dispatch, or the ETA of a parked
 #: row) to this publish.
@@ -107,7 +108,8 @@ def with_context(options: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def attached(headers: Mapping[str, Any]) -> AbstractContextManager[None]:
     """Within it, the trace context stored in ``headers`` is the current one (a requeue
-    dispatches in the trace of the run that failed). Without one, nothing changes."""
+    dispatches in the trace of the run that failed). Without one, nothing changes.
+    """
     stored = trace_headers(headers) if ENABLED else {}
     if not stored:
         return _NO_SPAN
@@ -271,7 +273,8 @@ def _dispatching_span(parent: Any) -> Any:
 
 def _parent(stored: Mapping[str, str]) -> Any:
     """The context ``stored`` (trace headers) describes, by the configured propagator; the
-    last one is kept (rows of one request or batch share one; a context is immutable)."""
+    last one is kept (rows of one request or batch share one; a context is immutable).
+    """
     global _LAST_PARENT
     key, textmap = tuple(stored.items()), propagate.get_global_textmap()
     last = _LAST_PARENT

@@ -7,3 +7,5 @@ the caller's transaction.
 """
 
 from __future__ import annotations
+
+import celery_outbox  # noqa: F401 - installs the old module paths

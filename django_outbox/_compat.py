@@ -27,7 +27,8 @@ def raw_delete(rows: QuerySet[Any], alias: str) -> int:
 
 def on_commit_callbacks(connection: Any) -> list[Callable[[], Any]]:
     """The callables Django will still run when ``connection`` commits
-    (``connection.run_on_commit``: ``(savepoint ids, callable, robust)`` entries)."""
+    (``connection.run_on_commit``: ``(savepoint ids, callable, robust)`` entries).
+    """
     return [entry[1] for entry in connection.run_on_commit]
 
 
@@ -49,7 +50,8 @@ def instance_alias(instance: Model) -> str:
 
 def created_celery_app() -> Celery | None:
     """The current (or else default) Celery app, without making a fallback app when none
-    exists (``celery._state._tls.current_app`` and ``celery._state.default_app``)."""
+    exists (``celery._state._tls.current_app`` and ``celery._state.default_app``).
+    """
     # celery-types does not declare these module attributes of ``celery._state``.
     current: Celery | None = celery_state._tls.current_app  # type: ignore[attr-defined]
     default: Celery | None = celery_state.default_app  # type: ignore[attr-defined]
@@ -60,6 +62,7 @@ def new_connection(alias: str) -> Any:
     """A new DB-API connection to database ``alias``, made as Django makes its own but
     left to the caller (``connection.Database.connect(**connection.get_connection_params())``:
     the driver module and the keyword arguments Django builds from ``DATABASES``, without
-    its pool)."""
+    its pool).
+    """
     wrapper: Any = connections[alias]
     return wrapper.Database.connect(**wrapper.get_connection_params())

@@ -20,11 +20,12 @@ class DjangoOutboxConfig(AppConfig):
     def ready(self) -> None:
         """Make the ORM store the default outbox store; count the metrics when
         ``prometheus_client`` is installed; connect signals; register checks;
-        warn about canvases with steps that are not atomic while ``DEBUG`` is on."""
+        warn about canvases with steps that are not atomic while ``DEBUG`` is on.
+        """
         from django.conf import settings
 
-        from celery_outbox import canvas_warnings
         from celery_outbox.registry import set_default_store
+        from celery_outbox.workflows import checks as canvas_warnings
         from django_outbox import checks, signals
         from django_outbox.store import DjangoOutboxStore
 

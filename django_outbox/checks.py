@@ -40,7 +40,8 @@ _PICKLE = {"pickle", "application/x-python-serialize"}
 
 def _celery_app() -> Celery:
     """The app the project uses (:func:`~django_outbox.celery_app.project_app`), else
-    Celery's current app (E005 reports a setting that does not import)."""
+    Celery's current app (E005 reports a setting that does not import).
+    """
     try:
         return project_app()
     except OutboxConfigError:

@@ -20,7 +20,7 @@ from django.db.models import Model, QuerySet
 
 from celery_outbox import dead_letters as core
 from celery_outbox.exceptions import DeadLetterCompleted, DeadLetterDiscarded, OutboxError
-from celery_outbox.records import DeadLetterStatus
+from celery_outbox.store.records import DeadLetterStatus
 from django_outbox._compat import instance_alias
 from django_outbox.celery_app import outbox_app
 
@@ -44,7 +44,8 @@ def requeue_letters(
     letters: QuerySet[Any], *, by: str = "", app: Celery | None = None
 ) -> RequeueResult:
     """Requeue every ``dead`` letter of ``letters`` (a ``DeadLetter`` queryset), one
-    transaction each, oldest failure first."""
+    transaction each, oldest failure first.
+    """
     app = app or outbox_app()
     ids, selected = _dead_ids(letters)
     requeued: dict[int, str] = {}
@@ -95,7 +96,8 @@ def _requeue_id(app: Celery, letter_id: int, *, by: str, using: str) -> str:
 
 def _dead_ids(letters: QuerySet[Any]) -> tuple[list[int], int]:
     """The ids of the ``dead`` letters among ``letters`` (oldest failure first), and how
-    many letters were selected in all."""
+    many letters were selected in all.
+    """
     pairs: list[tuple[int, str]] = list(
         letters.order_by("failed_at", "id").values_list("id", "status")
     )

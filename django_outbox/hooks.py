@@ -39,7 +39,8 @@ SignalCallable = Callable[..., Any]
 
 class DispatchHook:
     """One task dispatched from one model signal (:func:`dispatch_on` builds and connects
-    one); :meth:`connect` and :meth:`disconnect` it explicitly."""
+    one); :meth:`connect` and :meth:`disconnect` it explicitly.
+    """
 
     def __init__(
         self,

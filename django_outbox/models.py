@@ -1,5 +1,23 @@
-"""The outbox table, the dead letters, the delivery counts and the completed atomic tasks,
-with their queries (the workflow tables: :mod:`django_outbox.workflow_models`).
+"""Every model of the outbox app, in one module.
+
+The workflow tables: one ``Workflow`` row per canvas dispatched, one ``ChordJoin`` row per
+chord whose header steps the database counts (:mod:`celery_outbox.store.base`).
+
+Column names are those of the SQLAlchemy tables (``docs/schema.md``), so one database can
+be served by either store. :mod:`django_outbox.models` imports both models.
+
+The sweep table: when the sweep of this database last recorded itself
+(:mod:`celery_outbox.store.base`).
+
+Column names are those of the SQLAlchemy table (``docs/schema.md``), so one database can
+be served by either store. :mod:`django_outbox.models` imports the model.
+
+The overview's entry in the admin: a proxy of the sweep table, without a table or rows of
+its own, so the admin's "Celery outbox" section lists an "Overview" page
+(:mod:`django_outbox.admin.overview`). :mod:`django_outbox.models` imports the model.
+
+The outbox table, the dead letters, the delivery counts and the completed atomic tasks,
+with their queries (the workflow tables: :mod:`django_outbox.models`).
 
 Table, index and constraint names are those of ``docs/schema.md``, shared with the
 SQLAlchemy store (``tests/contract/test_schema_parity.py`` compares both), so one
@@ -17,13 +35,16 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from celery_outbox.records import (
+from celery_outbox.store.records import (
+    CHORD_JOIN_TABLE,
     COMPLETED_TABLE,
     DEAD_LETTER_TABLE,
     DELIVERY_TABLE,
     OUTBOX_TABLE,
+    SWEEP_TABLE,
     TASK_ID_MAX_LENGTH,
     TASK_NAME_MAX_LENGTH,
+    WORKFLOW_TABLE,
     DeadLetterStatus,
     MessageStatus,
 )
@@ -34,13 +55,122 @@ from django_outbox.dead_letters import (
     requeue_letter,
     requeue_letters,
 )
-from django_outbox.overview_models import Overview as Overview
-from django_outbox.sweep_models import SweepRecord as SweepRecord
-from django_outbox.workflow_models import ChordJoin as ChordJoin
-from django_outbox.workflow_models import Workflow as Workflow
 
 if TYPE_CHECKING:
     from typing_extensions import Self
+
+
+# --- The workflow tables: one ``Workflow`` row per canvas dispatched, one ``ChordJoin`` row per
+
+#: ``choices`` of ``Workflow.status``.
+WORKFLOW_STATUS_CHOICES = [
+    ("running", _("running")),
+    ("succeeded", _("succeeded")),
+    ("failed", _("failed")),
+    ("cancelled", _("cancelled")),
+]
+
+
+class Workflow(models.Model):
+    """A canvas of ``OutboxTask`` s (chain, group, chord), written in the transaction that
+    dispatched it and counted step by step in each step's own transaction.
+
+    ``root_id`` is the id Celery gives the canvas's tasks as ``root_id`` (a group or chord
+    dispatched at the top: its group id). A step that
+    becomes a dead letter marks it ``failed``; requeueing that letter makes it ``running``
+    again (``failed_task_id`` keeps the last failure); cancelling a step makes it ``cancelled``.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    root_id = models.CharField(_("root id"), max_length=TASK_ID_MAX_LENGTH, unique=True)
+    name = models.CharField(_("name"), max_length=TASK_NAME_MAX_LENGTH)
+    status = models.CharField(_("status"), max_length=16, choices=WORKFLOW_STATUS_CHOICES)
+    steps_total = models.IntegerField(_("steps"))
+    steps_done = models.IntegerField(_("steps done"))
+    created_at = models.DateTimeField(_("created at"))
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    failed_task_id = models.CharField(
+        _("failed task id"), max_length=TASK_ID_MAX_LENGTH, null=True, blank=True
+    )
+
+    class Meta:
+        db_table = WORKFLOW_TABLE
+        # The workflows gauge counts each status at every scrape (celery_outbox.metrics).
+        # The admin's workflow list is ordered by creation, newest first.
+        indexes = [
+            models.Index(fields=["status"], name="outbox_workflow_status_idx"),
+            models.Index(fields=["created_at", "id"], name="outbox_workflow_created_idx"),
+        ]
+        verbose_name = _("workflow")
+        verbose_name_plural = _("workflows")
+
+    def __str__(self) -> str:
+        return f"{self.name}[{self.root_id}] ({self.status})"
+
+
+class ChordJoin(models.Model):
+    """The header steps of one chord still to come (``remaining``) and the results of
+    those in (``results``: JSON text, one entry per header step), keyed by the chord's
+    group id (:mod:`celery_outbox.store.records`). Internal: read and written by the store
+    only.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    group_id = models.CharField(_("group id"), max_length=TASK_ID_MAX_LENGTH, unique=True)
+    root_id = models.CharField(_("root id"), max_length=TASK_ID_MAX_LENGTH)
+    size = models.IntegerField(_("size"))
+    remaining = models.IntegerField(_("remaining"))
+    results = models.TextField(_("results"))
+    created_at = models.DateTimeField(_("created at"))
+
+    class Meta:
+        db_table = CHORD_JOIN_TABLE
+        verbose_name = _("chord join")
+        verbose_name_plural = _("chord joins")
+
+    def __str__(self) -> str:
+        return f"chord {self.group_id}: {self.remaining} of {self.size} to go"
+
+
+# --- The sweep table: when the sweep of this database last recorded itself
+
+
+class SweepRecord(models.Model):
+    """One row per kind of sweep (``sweep``): its last run, by the database's clock.
+
+    Written at most once per ``outbox_sweep_interval`` whatever the number of sweepers;
+    read by ``manage.py outbox health`` and ``outbox status``. Internal: written by the
+    store only.
+    """
+
+    name = models.CharField(_("name"), max_length=64, primary_key=True)
+    last_sweep_at = models.DateTimeField(_("last sweep at"))
+
+    class Meta:
+        db_table = SWEEP_TABLE
+        verbose_name = _("sweep record")
+        verbose_name_plural = _("sweep records")
+
+    def __str__(self) -> str:
+        return f"{self.name} last ran {self.last_sweep_at:%Y-%m-%d %H:%M:%S}"
+
+
+# --- The overview's entry in the admin: a proxy of the sweep table, without a table or rows of
+
+
+class Overview(SweepRecord):
+    """The admin's overview page (no permissions of its own: it is open to users who may
+    view dead letters or outbox messages).
+    """
+
+    class Meta:
+        proxy = True
+        default_permissions = ()
+        verbose_name = _("overview")
+        verbose_name_plural = _("overview")
+
+
+# --- The outbox table, the dead letters, the delivery counts and the completed atomic tasks,
 
 #: ``choices`` of ``OutboxMessage.status``.
 MESSAGE_STATUS_CHOICES = [
@@ -48,6 +178,7 @@ MESSAGE_STATUS_CHOICES = [
     (MessageStatus.PUBLISHED.value, _("published")),
     (MessageStatus.FAILED.value, _("failed")),
 ]
+
 #: ``choices`` of ``DeadLetter.status``.
 DEAD_LETTER_STATUS_CHOICES = [
     (DeadLetterStatus.DEAD.value, _("dead")),
@@ -128,17 +259,20 @@ class DeadLetterQuerySet(models.QuerySet["DeadLetter"]):
 
     def requeue(self, *, by: str = "", app: Celery | None = None) -> RequeueResult:
         """Requeue every ``dead`` letter here, one transaction each, oldest failure first
-        (:func:`django_outbox.dead_letters.requeue_letters`: the one requeue path)."""
+        (:func:`django_outbox.dead_letters.requeue_letters`: the one requeue path).
+        """
         return requeue_letters(self, by=by, app=app)
 
     def discard(self, *, app: Celery | None = None) -> int:
         """Discard every ``dead`` letter here; how many were
-        (:func:`django_outbox.dead_letters.discard_letters`)."""
+        (:func:`django_outbox.dead_letters.discard_letters`).
+        """
         return discard_letters(self, app=app)
 
 
 #: Managers of the two models.
 OutboxMessageManager = models.Manager.from_queryset(OutboxMessageQuerySet)
+
 DeadLetterManager = models.Manager.from_queryset(DeadLetterQuerySet)
 
 

@@ -1,6 +1,6 @@
 """URLs of celery-outbox: ``path("outbox/", include("django_outbox.urls"))``.
 
-``metrics/``: the Prometheus metrics (:mod:`django_outbox.metrics_view`; needs
+``metrics/``: the Prometheus metrics (:mod:`django_outbox.views`; needs
 ``pip install celery-outbox[prometheus]``).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from django_outbox.metrics_view import metrics
+from django_outbox.views import metrics
 
 app_name = "django_outbox"
 

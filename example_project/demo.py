@@ -271,7 +271,8 @@ def report(
     args: argparse.Namespace, plan: Plan, batch: str, *, elapsed: float, settled: bool
 ) -> bool:
     """Print the summary (and write it as JSON with ``--json``); ``True`` when every
-    fulfilment workflow succeeded."""
+    fulfilment workflow succeeded.
+    """
     from django.conf import settings
     from shop.display import print_summary
     from shop.report import summarise

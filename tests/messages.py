@@ -13,8 +13,8 @@ from typing import Any
 
 from celery import Task
 
-from celery_outbox.envelope import build_message
-from celery_outbox.records import NewMessage, StoredMessage
+from celery_outbox.dispatch.envelope import build_message
+from celery_outbox.store.records import NewMessage, StoredMessage
 
 #: A fixed "now" to build messages at (tests give their stores and senders the same clock).
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -33,7 +33,8 @@ def numbered(
     """The message of ``task(n)``, id ``task_id`` (default ``task-{n}``), built at ``now``;
     then ``changes`` replace fields of the built message (``task_name``, ``payload``,
     ``locked_until``, ...). The id is built into the headers, so it is given as
-    ``task_id``, never as a change."""
+    ``task_id``, never as a change.
+    """
     message = build_message(
         task,
         (n,),
@@ -50,6 +51,7 @@ def numbered(
 def stored(task: Task[Any, Any], n: int, **changes: Any) -> StoredMessage:
     """``numbered(task, n)`` as the store wrote it, row id ``n``; then ``changes`` replace
     fields of the row (``payload``, ``status``, ``attempts``, ...; a ``task_id`` given here
-    is not the one in the message's headers: see :func:`numbered`)."""
+    is not the one in the message's headers: see :func:`numbered`).
+    """
     row = StoredMessage.written(numbered(task, n), n)
     return replace(row, **changes) if changes else row

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from celery_outbox.records import OUTBOX_TABLE
+from celery_outbox.store.records import OUTBOX_TABLE
 
 
 def pending_rows(count: int, prefix: str) -> str:
     """An ``INSERT`` of ``count`` pending rows of ``tests.noop`` (task ids ``prefix`` + n),
-    due and created an hour ago: past any grace, claimable at once."""
+    due and created an hour ago: past any grace, claimable at once.
+    """
     return f"""INSERT INTO {OUTBOX_TABLE} (task_id, task_name, payload, options, status,
     available_at, attempts, last_error, locked_until, created_at)
 SELECT '{prefix}' || g, 'tests.noop', '[[], {{}}]', '{{}}', 'pending',

@@ -54,7 +54,8 @@ def export_to_file(path: Path) -> None:
 
 def as_record(span: ReadableSpan) -> dict[str, Any]:
     """A span as plain data: name, ids as hex, parent span id, attributes, events (each
-    ``{"name", "attributes"}``)."""
+    ``{"name", "attributes"}``).
+    """
     context = span.get_span_context()
     assert context is not None
     return {

@@ -1,5 +1,6 @@
 """Where the outbox table's rows lie on PostgreSQL, for the fill-factor tests of both
-stores (``celery_outbox.table_storage``): a claim's lease stays on its row's page."""
+stores (``celery_outbox.store.schema``): a claim's lease stays on its row's page.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from celery_outbox.records import OUTBOX_TABLE
-from celery_outbox.storage import OutboxStore
+from celery_outbox.store.base import OutboxStore
+from celery_outbox.store.records import OUTBOX_TABLE
 from tests.outbox_seed import pending_rows
 
 #: Rows seeded: pages' worth of small rows (a full page would leave no room for a lease).
@@ -47,7 +48,8 @@ MOVED_AT_MOST = CLAIMED // 10
 
 def claim_moves(store: OutboxStore, query: Query) -> list[int]:
     """Seed :data:`SEED`, let ``store`` claim :data:`CLAIMED` rows; the ids of those of
-    them whose lease put them on another page."""
+    them whose lease put them on another page.
+    """
     query(SEED)
     before = pages(query)
     now = store.now()

@@ -19,8 +19,6 @@ dispatches and its ``CompletedTask`` row commit together.
 
 from __future__ import annotations
 
-from celery_outbox.pending_key import PENDING_TASK_INDEX
-from celery_outbox.records import DELIVERY_TABLE
 from celery_outbox.sqlalchemy.completions import atomic_session
 from celery_outbox.sqlalchemy.store import SQLAlchemyOutboxStore
 from celery_outbox.sqlalchemy.tables import (
@@ -36,6 +34,8 @@ from celery_outbox.sqlalchemy.tables import (
     workflow_table,
 )
 from celery_outbox.sqlalchemy.types import UTCDateTime
+from celery_outbox.store.records import DELIVERY_TABLE
+from celery_outbox.store.schema import PENDING_TASK_INDEX
 
 __all__ = [
     "DELIVERY_TABLE",

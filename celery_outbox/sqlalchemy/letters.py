@@ -13,13 +13,20 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, select, update
 
-from celery_outbox.records import DeadLetterStatus, NewDeadLetter, NewMessage, StoredDeadLetter
-from celery_outbox.rows import letter_columns, message_columns, stored_letter
-from celery_outbox.sqlalchemy import inserts
-from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
+from celery_outbox.sqlalchemy import statements as inserts
 from celery_outbox.sqlalchemy.tables import OutboxTables
+from celery_outbox.sqlalchemy.types import require_aware, store_errors
 from celery_outbox.sqlalchemy.workflows import mark_failed, mark_resumed
-from celery_outbox.storage import OutboxStore
+from celery_outbox.store.base import OutboxStore
+from celery_outbox.store.records import (
+    DeadLetterStatus,
+    NewDeadLetter,
+    NewMessage,
+    StoredDeadLetter,
+    letter_columns,
+    message_columns,
+    stored_letter,
+)
 
 DEAD = DeadLetterStatus.DEAD.value
 

@@ -1,4 +1,9 @@
-"""The backlog and the sweep record on SQLAlchemy, on the database's clock.
+"""The backlog, the sweep record and bounded counts on SQLAlchemy.
+
+Bounded counts in the SQLAlchemy store (:mod:`celery_outbox.store.counts`): exact up to
+a bound, PostgreSQL's planner estimate above it; other databases count exactly.
+
+The backlog and the sweep record on SQLAlchemy, on the database's clock.
 
 The clock is ``now()`` on PostgreSQL and ``UTC_TIMESTAMP(6)`` on MySQL/MariaDB; SQLite
 is a file on one host, so the store's clock is the database's. :meth:`~SQLAlchemyMonitoring.now`
@@ -32,35 +37,67 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from celery_outbox.database_clock import DatabaseClock
-from celery_outbox.estimates import DUE_LATER, settled, status_is
-from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
-from celery_outbox.records import DeadLetterStatus, MessageStatus
+from celery_outbox.clock import DatabaseClock
 from celery_outbox.sqlalchemy import statements as sql
-from celery_outbox.sqlalchemy.boundary import store_errors
-from celery_outbox.sqlalchemy.counting import bound_on, bounded_count, estimate
 from celery_outbox.sqlalchemy.tables import OutboxTables
-from celery_outbox.sqlalchemy.types import UTCDateTime
-from celery_outbox.storage import OutboxStore
+from celery_outbox.sqlalchemy.types import UTCDateTime, store_errors
+from celery_outbox.store.base import SWEEP_NAME, Backlog, LastSweep, OutboxStore
+from celery_outbox.store.counts import DUE_LATER, explain_sql, plan_rows, settled, status_is
+from celery_outbox.store.records import DeadLetterStatus, MessageStatus
+
+# --- Bounded counts in the SQLAlchemy store (:mod:`celery_outbox.store.counts`): exact up to
+
+
+def bound_on(conn: Connection, bound: int | None) -> int | None:
+    """``bound`` where the planner can estimate (PostgreSQL), else ``None``: exact."""
+    return bound if conn.dialect.name == "postgresql" else None
+
+
+def bounded_count(
+    conn: Connection, table: Table, bound: int | None, where: str, *clauses: ColumnElement[bool]
+) -> int:
+    """How many rows of ``table`` match ``clauses``: exact up to ``bound``, above it the
+    estimate of the rows matching ``where`` (its SQL text); ``bound`` ``None``: exact.
+    """
+    if bound is None:
+        return int(conn.execute(select(func.count()).select_from(table).where(*clauses)).one()[0])
+    first: Any = select(literal_column("1")).select_from(table).where(*clauses).limit(bound + 1)
+    counted = conn.execute(select(func.count()).select_from(first.subquery())).one()[0]
+    return settled(int(counted), bound, lambda: estimate(conn, table, where))
+
+
+def estimate(conn: Connection, table: Table, where: str) -> int:
+    """PostgreSQL's estimate of the rows of ``table`` matching ``where``."""
+    name = conn.dialect.identifier_preparer.format_table(table)
+    explained: Any = conn.exec_driver_sql(explain_sql(name, where)).one()[0]
+    return plan_rows(explained)
+
+
+# --- The backlog and the sweep record on SQLAlchemy, on the database's clock.
 
 PENDING = MessageStatus.PENDING.value
+
 #: The dialects whose server has a clock of its own to read.
 _CLOCKED_DIALECTS = frozenset({"postgresql", "mysql", "mariadb"})
+
 FAILED = MessageStatus.FAILED.value
+
 _PENDING, _FAILED = status_is(PENDING), status_is(FAILED)
 
 
 class SQLAlchemyMonitoring(OutboxStore):
     """The monitoring reads and the sweep record of
-    :class:`~celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`."""
+    :class:`~celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`.
+    """
 
     engine: Engine
     tables: OutboxTables
     clock: Callable[[], datetime]
 
     def now(self, *, using: str | None = None) -> datetime:
-        """The database's clock (:mod:`celery_outbox.database_clock`); on SQLite, a file
-        on this host with no clock of its own, the store's ``clock``."""
+        """The database's clock (:mod:`celery_outbox.clock`); on SQLite, a file
+        on this host with no clock of its own, the store's ``clock``.
+        """
         if self.engine.dialect.name not in _CLOCKED_DIALECTS:
             return self.clock()
         return self._database_clock()
@@ -172,7 +209,8 @@ def _count(table: Table, *where: ColumnElement[bool]) -> Any:
 def _due_query(table: Table, bound: int | None) -> Any:
     """How many pending rows are due at ``:now``, and since when the longest-waiting one
     waits (its due time, or its creation once a publish failed); with a ``bound``, of the
-    ``bound + 1`` rows due longest (along the due-row index)."""
+    ``bound + 1`` rows due longest (along the due-row index).
+    """
     c = table.c
     now = bindparam("now", type_=UTCDateTime())
     since = case((c.attempts > 0, c.created_at), else_=c.available_at)
@@ -187,7 +225,8 @@ def _due_query(table: Table, bound: int | None) -> Any:
 def _insert_absent(conn: Connection, table: Table, now: datetime) -> bool:
     """Write the first record of the sweep, doing nothing when another sweeper wrote it
     first; whether it wrote (``RETURNING``: the driver's row count of an ``INSERT ... ON
-    CONFLICT DO NOTHING`` is not reliable; MySQL's ``INSERT IGNORE`` counts it right)."""
+    CONFLICT DO NOTHING`` is not reliable; MySQL's ``INSERT IGNORE`` counts it right).
+    """
     values = {"name": SWEEP_NAME, "last_sweep_at": now}
     dialect = conn.dialect.name
     if dialect in ("postgresql", "sqlite"):

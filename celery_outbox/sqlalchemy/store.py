@@ -1,39 +1,157 @@
-"""``SQLAlchemyOutboxStore``: the outbox in any database SQLAlchemy speaks."""
+"""``SQLAlchemyOutboxStore``: the outbox in any database SQLAlchemy speaks.
+
+Batched dispatch in the SQLAlchemy store (:mod:`celery_outbox.dispatch.batching`).
+
+A batch's rows go to the caller's session in one statement on PostgreSQL and SQLite
+(:func:`~celery_outbox.sqlalchemy.statements.insert_many_pending`); MySQL/MariaDB, whose
+multi-row ``INSERT`` fails whole on one pending task id, add them one by one. A task id
+given twice in one batch is sent once: the first dispatch gets the row, as one by one.
+
+The SQLAlchemy store's part in claiming ahead (:mod:`celery_outbox.store.base`).
+
+Every claim of this store runs in a short transaction of its own on a connection of the
+engine's pool, never in the caller's session, so a claim on another thread sees the same
+committed rows. PostgreSQL only: its ``SKIP LOCKED`` claims are the ones measured
+concurrent (:mod:`tests.integration.test_sweep`); the pool returns the claiming thread's
+connection after each claim, so there is nothing to end.
+
+The SQLAlchemy store's part in waking the relay (:mod:`celery_outbox.store.base`).
+
+On PostgreSQL the LISTEN connection is a new connection of the engine's pool, detached
+from it (the pool neither reuses nor recycles it); other dialects poll. The next parked
+row's due time is one probe of the due-row index on every dialect.
+
+``SQLAlchemyOutboxStore``: the outbox in any database SQLAlchemy speaks.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, delete, or_, select
+from sqlalchemy import Connection, Engine, delete, func, or_, select, type_coerce
 from sqlalchemy.orm import Session, scoped_session
 
-from celery_outbox import published_rows
 from celery_outbox.clock import Clock, utcnow
-from celery_outbox.records import (
+from celery_outbox.sqlalchemy import completions as last_writes
+from celery_outbox.sqlalchemy import statements as claims
+from celery_outbox.sqlalchemy import statements as inserts
+from celery_outbox.sqlalchemy import statements as sql
+from celery_outbox.sqlalchemy import transactions
+from celery_outbox.sqlalchemy.completions import SQLAlchemyCompletions
+from celery_outbox.sqlalchemy.letters import SQLAlchemyDeadLetters
+from celery_outbox.sqlalchemy.monitoring import SQLAlchemyMonitoring
+from celery_outbox.sqlalchemy.tables import OutboxTables, default_tables
+from celery_outbox.sqlalchemy.types import UTCDateTime, require_aware, store_errors
+from celery_outbox.sqlalchemy.workflows import SQLAlchemyWorkflows, mark_cancelled
+from celery_outbox.store import published as published_rows
+from celery_outbox.store.base import Connector, OutboxStore, PublishCallback, Supersedes
+from celery_outbox.store.records import (
     CancelledRow,
     Claim,
     MessageStatus,
     NewMessage,
     StoredMessage,
     cancelled_row,
+    message_columns,
 )
-from celery_outbox.rows import message_columns
-from celery_outbox.sqlalchemy import claims, inserts, last_writes, transactions
-from celery_outbox.sqlalchemy import statements as sql
-from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
-from celery_outbox.sqlalchemy.bulk import SQLAlchemyBulk
-from celery_outbox.sqlalchemy.claim_threads import SQLAlchemyClaimThreads
-from celery_outbox.sqlalchemy.completions import SQLAlchemyCompletions
-from celery_outbox.sqlalchemy.letters import SQLAlchemyDeadLetters
-from celery_outbox.sqlalchemy.monitoring import SQLAlchemyMonitoring
-from celery_outbox.sqlalchemy.tables import OutboxTables, default_tables
-from celery_outbox.sqlalchemy.wakeups import SQLAlchemyWakeups
-from celery_outbox.sqlalchemy.workflows import SQLAlchemyWorkflows, mark_cancelled
-from celery_outbox.storage import PublishCallback, Supersedes
+
+# --- Batched dispatch in the SQLAlchemy store (:mod:`celery_outbox.dispatch.batching`).
+
+#: The dialects that take a batch in one statement.
+_ONE_STATEMENT = ("postgresql", "sqlite")
+
+
+class SQLAlchemyBulk(OutboxStore):
+    """:class:`~celery_outbox.store.base.BulkStore` for ``SQLAlchemyOutboxStore``."""
+
+    engine: Engine
+    tables: OutboxTables
+
+    if TYPE_CHECKING:
+
+        def current_session(self) -> Session | None: ...
+        def _caller_transaction(self) -> AbstractContextManager[Connection]: ...
+        def now(self, *, using: str | None = None) -> datetime: ...
+
+    def transaction_token(self, *, using: str | None = None) -> Hashable | None:
+        """The session and its innermost open transaction (a savepoint's, nested);
+        ``None`` when dispatches commit at once (no session in a transaction).
+        """
+        session = self.current_session()
+        if session is None or not session.in_transaction():
+            return None
+        return (session, session.get_nested_transaction() or session.get_transaction())
+
+    def add_many(
+        self, messages: Sequence[NewMessage], *, using: str | None = None
+    ) -> list[int | None]:
+        """One statement on PostgreSQL and SQLite; one per row elsewhere."""
+        if self.engine.dialect.name not in _ONE_STATEMENT:
+            return super().add_many(messages, using=using)
+        first: dict[str, int] = {}
+        for index, message in enumerate(messages):
+            first.setdefault(message.task_id, index)
+        created_at = self.now(using=using)
+        rows = [message_columns(messages[i], created_at=created_at) for i in first.values()]
+        with store_errors("add outbox rows"), self._caller_transaction() as conn:
+            last_writes.write_held_insert(conn)  # a successor held for the end goes first
+            ids = inserts.insert_many_pending(conn, self.tables.outbox, rows)
+        return [
+            ids.get(m.task_id) if first[m.task_id] == index else None
+            for index, m in enumerate(messages)
+        ]
+
+
+# --- The SQLAlchemy store's part in claiming ahead (:mod:`celery_outbox.store.base`).
+
+
+class SQLAlchemyClaimThreads(OutboxStore):
+    """The claim-ahead half of :class:`~celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`."""
+
+    engine: Engine
+
+    def claims_aside(self, using: str | None = None) -> bool:
+        """On PostgreSQL."""
+        return self.engine.dialect.name == "postgresql"
+
+
+# --- The SQLAlchemy store's part in waking the relay (:mod:`celery_outbox.store.base`).
+
+
+class SQLAlchemyWakeups(OutboxStore):
+    """The wake-up half of :class:`~celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`."""
+
+    engine: Engine
+    tables: OutboxTables
+
+    def next_due(self, *, after: datetime, using: str | None = None) -> datetime | None:
+        """The first ``available_at`` after ``after`` of a pending row (the due-row index)."""
+        c = self.tables.outbox.c
+        first = select(type_coerce(func.min(c.available_at), UTCDateTime())).where(
+            c.status == MessageStatus.PENDING.value, c.available_at > after
+        )
+        with store_errors("read the next due row"), self.engine.connect() as conn:
+            found: datetime | None = conn.execute(first).scalar()
+        return found
+
+    def listen_connector(self, *, using: str | None = None) -> Connector | None:
+        """PostgreSQL: a new DB-API connection detached from the pool; else ``None``."""
+        if self.engine.dialect.name != "postgresql":
+            return None
+        return self._detached_connection
+
+    def _detached_connection(self) -> Any:
+        proxied = self.engine.raw_connection()
+        connection = proxied.driver_connection  # None once detached
+        proxied.detach()
+        return connection
+
+
+# --- ``SQLAlchemyOutboxStore``: the outbox in any database SQLAlchemy speaks.
 
 
 class SQLAlchemyOutboxStore(
@@ -124,7 +242,8 @@ class SQLAlchemyOutboxStore(
     @contextmanager
     def _single_statement(self) -> Iterator[Connection]:
         """A connection for one statement that is its own transaction: on PostgreSQL in
-        autocommit (no ``BEGIN`` and ``COMMIT`` round trips), elsewhere a short one."""
+        autocommit (no ``BEGIN`` and ``COMMIT`` round trips), elsewhere a short one.
+        """
         if self.engine.dialect.name == "postgresql":
             with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 yield conn
@@ -180,7 +299,8 @@ class SQLAlchemyOutboxStore(
         """Also without a read: in the callbacks of the commit that wrote them, the rows
         it is known to have committed (no savepoint rolled back since they were written;
         see :mod:`~celery_outbox.sqlalchemy.transactions`), born leased, and leased to
-        no one else, since no one takes a row before its lease runs out."""
+        no one else, since no one takes a row before its lease runs out.
+        """
         committed = transactions.committed_rows()
         known = {m.id for m in messages if m.id in committed and m.locked_until is not None}
         unknown = [m for m in messages if m.id not in known]

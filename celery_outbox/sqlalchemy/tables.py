@@ -14,8 +14,9 @@ from typing import NamedTuple
 from sqlalchemy import DDL, Column, Index, Integer, MetaData, String, Table, Text, event, text
 from sqlalchemy.dialects import mysql
 
-from celery_outbox.pending_key import PENDING_TASK_INDEX, mysql_add_pending_key
-from celery_outbox.records import (
+from celery_outbox.sqlalchemy.types import BigIdType, JSONType, UTCDateTime
+from celery_outbox.store.base import CREATE_TRIGGER
+from celery_outbox.store.records import (
     CHORD_JOIN_TABLE,
     COMPLETED_TABLE,
     DEAD_LETTER_TABLE,
@@ -28,20 +29,20 @@ from celery_outbox.records import (
     DeadLetterStatus,
     MessageStatus,
 )
-from celery_outbox.root_indexes import (
+from celery_outbox.store.schema import (
     LETTER_ROOT_INDEX,
     LETTER_ROOT_KEY,
     LETTER_ROOT_WHERE,
     PENDING_ROOT_INDEX,
     PENDING_ROOT_KEY,
     PENDING_ROOT_WHERE,
+    PENDING_TASK_INDEX,
+    SET_FILLFACTOR,
+    mysql_add_pending_key,
 )
-from celery_outbox.sqlalchemy.types import BigIdType, JSONType, UTCDateTime
-from celery_outbox.table_storage import SET_FILLFACTOR
-from celery_outbox.wakeups import CREATE_TRIGGER
 
 #: Dialects with partial indexes; on MySQL and MariaDB the same key is over a generated
-#: column (:mod:`celery_outbox.pending_key`), added when the table is created.
+#: column (:mod:`celery_outbox.store.schema`), added when the table is created.
 PARTIAL_INDEX_DIALECTS = ("postgresql", "sqlite")
 
 #: Dialects getting the generated column ``pending_task_id`` and its unique key.
@@ -100,7 +101,7 @@ def _outbox_table(metadata: MetaData) -> Table:
         Column("published_at", UTCDateTime, nullable=True),
         Index("celery_outbox_due_idx", "status", "available_at"),
         Index("celery_outbox_task_id_idx", "task_id"),
-        # A workflow's pending steps (celery_outbox.root_indexes; PostgreSQL only).
+        # A workflow's pending steps (celery_outbox.store.schema; PostgreSQL only).
         Index(
             PENDING_ROOT_INDEX, text(PENDING_ROOT_KEY), postgresql_where=text(PENDING_ROOT_WHERE)
         ).ddl_if(dialect="postgresql"),
@@ -120,10 +121,10 @@ def _outbox_table(metadata: MetaData) -> Table:
     add_key = DDL(mysql_add_pending_key("%(fullname)s"))  # type: ignore[no-untyped-call]
     add_key = add_key.execute_if(dialect=GENERATED_KEY_DIALECTS)  # type: ignore[arg-type]
     event.listen(table, "after_create", add_key)
-    # Room on each page for the leases' updates (celery_outbox.table_storage).
+    # Room on each page for the leases' updates (celery_outbox.store.schema).
     fillfactor = DDL(SET_FILLFACTOR).execute_if(dialect="postgresql")  # type: ignore[no-untyped-call]
     event.listen(table, "after_create", fillfactor)
-    for statement in CREATE_TRIGGER:  # the relay's NOTIFY (celery_outbox.wakeups)
+    for statement in CREATE_TRIGGER:  # the relay's NOTIFY (celery_outbox.store.base)
         ddl = DDL(statement).execute_if(dialect="postgresql")  # type: ignore[no-untyped-call]
         event.listen(table, "after_create", ddl)
     return table
@@ -151,7 +152,7 @@ def _dead_letter_table(metadata: MetaData) -> Table:
         Column("requeued_task_id", String(TASK_ID_MAX_LENGTH), nullable=False, default=""),
         Index("celery_outbox_dl_task_id_idx", "task_id"),
         Index("celery_outbox_dl_status_failed_idx", "status", "failed_at"),
-        # A workflow's dead letters (celery_outbox.root_indexes; PostgreSQL only).
+        # A workflow's dead letters (celery_outbox.store.schema; PostgreSQL only).
         Index(
             LETTER_ROOT_INDEX, text(LETTER_ROOT_KEY), postgresql_where=text(LETTER_ROOT_WHERE)
         ).ddl_if(dialect="postgresql"),
@@ -217,7 +218,7 @@ def _chord_join_table(metadata: MetaData) -> Table:
         Column("root_id", String(TASK_ID_MAX_LENGTH), nullable=False),
         Column("size", Integer, nullable=False),
         Column("remaining", Integer, nullable=False),
-        # celery_outbox.join_parts: a JSON list, one slot per header step (LONGTEXT on
+        # celery_outbox.store.records: a JSON list, one slot per header step (LONGTEXT on
         # MySQL/MariaDB, as Django's TextField: a big header's results pass 64 KiB).
         Column(
             "results", Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb"), nullable=False
@@ -227,7 +228,7 @@ def _chord_join_table(metadata: MetaData) -> Table:
 
 
 def _sweep_table(metadata: MetaData) -> Table:
-    # One row per database: when its sweep last recorded itself (celery_outbox.monitoring).
+    # One row per database: when its sweep last recorded itself (celery_outbox.store.base).
     return Table(
         SWEEP_TABLE,
         metadata,

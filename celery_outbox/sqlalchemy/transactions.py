@@ -30,8 +30,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.orm import Session, SessionTransaction
 
-from celery_outbox.records import StoredMessage
-from celery_outbox.storage import PublishCallback, publisher_key
+from celery_outbox.store.base import PublishCallback, publisher_key
+from celery_outbox.store.records import StoredMessage
 
 _INFO_KEY = "celery_outbox.after_commit"
 #: ``Connection.info`` key: savepoints rolled back on that database connection so far.
@@ -62,7 +62,8 @@ class _SessionCallbacks:
 def watch_savepoints(engine: Engine) -> None:
     """Count the savepoints rolled back on ``engine``'s connections (once per engine),
     so that rows deferred on them can be known committed without reading them back:
-    through SQLAlchemy, and a ``ROLLBACK`` statement written by hand."""
+    through SQLAlchemy, and a ``ROLLBACK`` statement written by hand.
+    """
     if not event.contains(engine, "rollback_savepoint", _count_rollback):
         event.listen(engine, "rollback_savepoint", _count_rollback)
         event.listen(engine, "before_cursor_execute", _count_rollback_statement)
@@ -79,13 +80,15 @@ def _count_rollback_statement(conn: Connection, cursor: object, statement: str, 
 
 def committed_rows() -> frozenset[int]:
     """While a root commit's callbacks run: the ids of the rows it deferred that are
-    known to exist (no savepoint rolled back since they were written); else empty."""
+    known to exist (no savepoint rolled back since they were written); else empty.
+    """
     return _committed.get()
 
 
 def doubt_rows(session: Session) -> None:
     """Some row deferred in ``session``'s transaction may be gone at its commit (the
-    store deleted a pending row in it): read them all back after the commit."""
+    store deleted a pending row in it): read them all back after the commit.
+    """
     _callbacks(session).unsure = True
 
 
@@ -109,7 +112,7 @@ def defer_publish(
     session: Session, message: StoredMessage, publish: PublishCallback, *, connection: Connection
 ) -> None:
     """Add ``message`` (written on ``connection``) to the batch ``publish`` receives after
-    the root commit (one batch per :func:`~celery_outbox.storage.publisher_key`).
+    the root commit (one batch per :func:`~celery_outbox.store.base.publisher_key`).
 
     The first row of a batch registers one callback on the root transaction, so a
     rolled-back savepoint cannot drop the batch of its parent; rows written in such a

@@ -1,16 +1,27 @@
-"""Column types that behave the same on PostgreSQL, MySQL/MariaDB and SQLite."""
+"""Column types and the store boundary of the SQLAlchemy store.
+
+Column types that behave the same on PostgreSQL, MySQL/MariaDB and SQLite.
+
+What crosses the store boundary: driver errors go out as ``StoreError``, and naive
+datetimes are refused on the way in, before any SQL runs.
+"""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, DateTime, Integer
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from celery_outbox.records import check_aware
+from celery_outbox.store.errors import store_errors as translated
+from celery_outbox.store.records import check_aware
+
+# --- Column types that behave the same on PostgreSQL, MySQL/MariaDB and SQLite.
 
 #: Primary keys: ``bigint``, but ``INTEGER`` on SQLite, where only that autoincrements.
 BigIdType: TypeEngine[int] = BigInteger().with_variant(Integer(), "sqlite")
@@ -50,3 +61,24 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=timezone.utc)
         return value.astimezone(timezone.utc)
+
+
+# --- What crosses the store boundary: driver errors go out as ``StoreError``, and naive
+
+#: Values the database refuses: :class:`~celery_outbox.exceptions.StoreDataError`.
+DATA_ERRORS = (sa_exc.DataError, sa_exc.IntegrityError)
+
+#: Driver and pool errors: :class:`~celery_outbox.exceptions.StoreError`.
+OUTAGE_ERRORS = (sa_exc.DBAPIError, sa_exc.TimeoutError)
+
+
+def store_errors(action: str) -> AbstractContextManager[None]:
+    """Raise SQLAlchemy's errors as the core's (:mod:`celery_outbox.store.errors`)."""
+    return translated(action, data=DATA_ERRORS, outage=OUTAGE_ERRORS)
+
+
+def require_aware(**values: datetime | None) -> None:
+    """Raise ``ValueError`` naming the first naive datetime among ``values``."""
+    for name, value in values.items():
+        if value is not None:
+            check_aware(name, value)

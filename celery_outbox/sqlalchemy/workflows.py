@@ -33,20 +33,20 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from celery_outbox.estimates import status_is
-from celery_outbox.join_parts import empty_parts, part_results, with_part
-from celery_outbox.sqlalchemy import last_writes
-from celery_outbox.sqlalchemy.boundary import require_aware, store_errors
-from celery_outbox.sqlalchemy.counting import bound_on, bounded_count
+from celery_outbox.sqlalchemy import completions as last_writes
+from celery_outbox.sqlalchemy.monitoring import bound_on, bounded_count
 from celery_outbox.sqlalchemy.tables import OutboxTables
-from celery_outbox.storage import OutboxStore
-from celery_outbox.workflows import (
+from celery_outbox.sqlalchemy.types import require_aware, store_errors
+from celery_outbox.store.base import (
     CANCELLABLE,
     WORKFLOW_STATUSES,
     JoinProgress,
+    OutboxStore,
     StoredWorkflow,
     WorkflowStatus,
 )
+from celery_outbox.store.counts import status_is
+from celery_outbox.store.records import empty_parts, part_results, with_part
 
 _WORKFLOW_FIELDS = tuple(f.name for f in fields(StoredWorkflow))
 
@@ -164,14 +164,16 @@ def mark_failed(
     conn: Connection, table: Table, root_id: str, task_id: str, *, now: datetime
 ) -> None:
     """Mark ``root_id``'s workflow failed by ``task_id`` unless it was cancelled (in
-    ``conn``'s transaction)."""
+    ``conn``'s transaction).
+    """
     stmt = update(table).where(table.c.root_id == root_id, table.c.status != "cancelled")
     conn.execute(stmt.values(status="failed", failed_task_id=task_id, finished_at=now))
 
 
 def mark_cancelled(conn: Connection, tables: OutboxTables, root_id: str, *, now: datetime) -> None:
     """Close ``root_id``'s running or failed workflow ``cancelled``, and then delete its
-    chord joins (in ``conn``'s transaction)."""
+    chord joins (in ``conn``'s transaction).
+    """
     table = tables.workflow
     stmt = update(table).where(table.c.root_id == root_id, table.c.status.in_(CANCELLABLE))
     if conn.execute(stmt.values(status="cancelled", finished_at=now)).rowcount:

@@ -29,7 +29,8 @@ _short.maxstring = _short.maxother = 80
 def mismatch(task: Task[Any, Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str | None:
     """Why ``args``/``kwargs`` cannot be passed to ``task.run`` (the signature, the
     arguments, short, and Python's reason), or ``None`` when they can, when
-    ``task.typing`` is off, or when the signature cannot be read (a builtin)."""
+    ``task.typing`` is off, or when the signature cannot be read (a builtin).
+    """
     if not getattr(task, "typing", True):
         return None
     try:
@@ -50,7 +51,8 @@ def check_arguments(
     task: Task[Any, Any], task_id: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> None:
     """Raise :class:`ArgumentsMismatch` naming the task, the message and the arguments
-    when they do not fit ``task.run`` (see :func:`mismatch`)."""
+    when they do not fit ``task.run`` (see :func:`mismatch`).
+    """
     problem = mismatch(task, args, kwargs)
     if problem is not None:
         raise ArgumentsMismatch(

@@ -1,7 +1,7 @@
 """Atomic tasks on the worker: the body, its dispatches and its ``CompletedTask`` row
 commit together, once per task id (``OutboxTask.atomic``).
 
-The store's side is :meth:`~celery_outbox.completions.CompletionStore.complete_once`.
+The store's side is :meth:`~celery_outbox.store.base.CompletionStore.complete_once`.
 Here: which database the run uses, the body run inside it (``retry()`` deferred until
 the transaction rolled back), the result serialised before COMMIT, and a duplicate
 skipped with :data:`~celery_outbox.signals.task_duplicate_skipped`.
@@ -20,7 +20,7 @@ from celery.exceptions import Ignore
 from kombu.serialization import dumps
 
 from celery_outbox.clock import utcnow
-from celery_outbox.dispatch_target import writing_to
+from celery_outbox.dispatch.target import writing_to
 from celery_outbox.exceptions import (
     AtomicUnsupported,
     NoStoreConfigured,
@@ -34,7 +34,7 @@ from celery_outbox.worker.republish import requeue_later
 from celery_outbox.worker.runner import deferring_retries
 
 if TYPE_CHECKING:
-    from celery_outbox.storage import OutboxStore
+    from celery_outbox.store.base import OutboxStore
 
 #: Longest part of a refused result quoted in an error.
 _QUOTED = 200
@@ -42,7 +42,8 @@ _QUOTED = 200
 
 def atomic_alias(task: Task[Any, Any], attempt: Attempt) -> str | None:
     """The database an atomic run uses: the dispatch's ``using``, else the task's
-    ``atomic_using``, else the store's default (``None``)."""
+    ``atomic_using``, else the store's default (``None``).
+    """
     return attempt.using or getattr(task, "atomic_using", None)
 
 

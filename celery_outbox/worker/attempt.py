@@ -74,7 +74,8 @@ class Attempt:
 
     def routing(self) -> dict[str, Any]:
         """Where the task came from (before any retry queue), as a dead letter keeps it
-        for a requeue."""
+        for a requeue.
+        """
         if self.home is not None:
             return dict(self.home)
         info = self.delivery_info
@@ -175,7 +176,8 @@ def _routed_to(options: Mapping[str, Any], routing: Mapping[str, Any]) -> dict[s
 
 def _pending_letter(value: Any) -> dict[str, Any] | None:
     """The failure in a :data:`PENDING_LETTER_HEADER`; ``None`` for none, or one this
-    library did not write."""
+    library did not write.
+    """
     try:
         found = json.loads(value) if isinstance(value, str) else None
     except ValueError:

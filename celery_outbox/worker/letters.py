@@ -1,11 +1,22 @@
-"""Writing the dead letter of a failed attempt, from the worker.
+"""Dead letters on the worker: a failed attempt's and an unknown task's.
 
-A dead letter is bounded before it is written (:mod:`celery_outbox.escaping`: its
+Writing the dead letter of a failed attempt, from the worker.
+
+A dead letter is bounded before it is written (:mod:`celery_outbox.dead_letters`: its
 message and traceback cut, arguments larger than ``outbox_max_payload_bytes`` left out).
 One that cannot be written because the store is down puts the message back, carrying
 the letter (:func:`celery_outbox.worker.republish.requeue_later`). One the store refuses
 as data is not an outage: it is stored escaped, else minimal, and the task is never run
 again because its dead letter did not fit.
+
+A message for a task the worker does not know becomes a dead letter, not a loss.
+
+Celery's worker rejects such a message (it is gone: no requeue) and sends
+``task_unknown``. For an app with an outbox store, the message is written as a dead
+letter instead (its arguments, routing and place in its canvas), so it can be requeued
+once the task is deployed; a workflow step marks its workflow failed, and a requeue
+resumes it. The dead letter is written right after Celery rejected the message: a worker
+lost in between loses it, as plain Celery would.
 """
 
 from __future__ import annotations
@@ -14,14 +25,22 @@ from datetime import datetime
 from typing import Any
 
 from celery import Celery, Task
+from celery.exceptions import NotRegistered
+from celery.signals import task_unknown
 
 from celery_outbox import tracing
-from celery_outbox.canvas_shape import canvas_options, workflow_root
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.dead_letters import TRACE_OPTION, as_json, build_dead_letter
-from celery_outbox.escaping import escape_letter, minimal_letter, within_budget
+from celery_outbox.dead_letters import (
+    TRACE_OPTION,
+    as_json,
+    build_dead_letter,
+    escape_letter,
+    minimal_letter,
+    within_budget,
+)
 from celery_outbox.exceptions import (
+    NoStoreConfigured,
     OutboxConfigError,
     OutboxError,
     StoreDataError,
@@ -29,15 +48,19 @@ from celery_outbox.exceptions import (
     TooManyDeliveries,
 )
 from celery_outbox.long_text import LOG_VALUE_CHARS, bounded, bounded_logger, loggable
-from celery_outbox.records import NewDeadLetter
 from celery_outbox.registry import store_for
 from celery_outbox.signals import task_dead_lettered
+from celery_outbox.store.records import NewDeadLetter
 from celery_outbox.worker.attempt import Attempt
 from celery_outbox.worker.policy import Outcome
 from celery_outbox.worker.republish import requeue_later
-from celery_outbox.workflow_dispatch import JOIN_HEADER
+from celery_outbox.workflows.dispatch import JOIN_HEADER
+from celery_outbox.workflows.shape import canvas_options, workflow_root
 
 logger = bounded_logger(__name__)
+
+
+# --- Writing the dead letter of a failed attempt, from the worker.
 
 
 def write_dead_letter(
@@ -102,7 +125,8 @@ PENDING_TEXT_CHARS = 8_192
 
 def pending_letter(letter: NewDeadLetter) -> dict[str, Any]:
     """What a put-back message carries of ``letter`` (:data:`PENDING_LETTER_HEADER`):
-    its failure, bounded; the arguments are the message's own."""
+    its failure, bounded; the arguments are the message's own.
+    """
     return {
         "exception_type": letter.exception_type,
         "exception_message": bounded(letter.exception_message, PENDING_TEXT_CHARS),
@@ -116,7 +140,8 @@ def pending_letter(letter: NewDeadLetter) -> dict[str, Any]:
 def write_pending_letter(task: Task[Any, Any], attempt: Attempt) -> int | None:
     """Write the dead letter a put-back message carries (its body is not run again): the
     failure from its header, the arguments from the message. The store still failing
-    puts it back again (:func:`requeue_later`)."""
+    puts it back again (:func:`requeue_later`).
+    """
     pending = attempt.pending_letter or {}
     letter = storable(
         task.app,
@@ -157,7 +182,8 @@ def write_pending_letter(task: Task[Any, Any], attempt: Attempt) -> int | None:
 
 def storable(app: Celery, letter: NewDeadLetter) -> NewDeadLetter:
     """``letter`` escaped, and within ``app``'s ``outbox_max_payload_bytes``
-    (:mod:`celery_outbox.escaping`)."""
+    (:mod:`celery_outbox.dead_letters`).
+    """
     budget = OutboxConfig.at_run_time(app).max_payload_bytes
     return within_budget(escape_letter(letter), max_bytes=budget)
 
@@ -207,7 +233,8 @@ def write_unreadable_limit_dead_letter(
     task: Task[Any, Any], attempt: Attempt, bad: OutboxConfigError, *, now: datetime
 ) -> OutboxConfigError:
     """Dead-letter a redelivered message whose ``outbox_max_deliveries`` cannot be read
-    (a setting changed to a bad value while the worker runs); the error to raise."""
+    (a setting changed to a bad value while the worker runs); the error to raise.
+    """
     error = OutboxConfigError(
         f"{bad} {task.name}[{attempt.task_id}] was redelivered and its delivery limit "
         "cannot be read; dead-lettered without running it (requeue it once the setting "
@@ -220,7 +247,8 @@ def write_unreadable_limit_dead_letter(
 def _letter_options(attempt: Attempt) -> dict[str, Any]:
     """Where the message came from, and, for a workflow step, its place in the canvas
     (``canvas``: a requeue resumes the workflow from there); the trace of the failed
-    run (its span, else the context it was delivered with: a requeue rejoins it)."""
+    run (its span, else the context it was delivered with: a requeue rejoins it).
+    """
     canvas = canvas_options(attempt.options, headers=(JOIN_HEADER,))
     trace = tracing.current_headers() or dict(attempt.trace)
     return {
@@ -280,3 +308,76 @@ def _add_minimal_letter(
             exc_info=True,
         )
         return None
+
+
+# --- A message for a task the worker does not know becomes a dead letter, not a loss.
+
+
+def dead_letter_unknown(sender: Any, message: Any, name: str, id: str, **_: Any) -> int | None:
+    """``task_unknown`` receiver: write the message's dead letter; its id, or ``None``
+    when the app has no outbox store or the message cannot be read (logged).
+    """
+    app = sender.app
+    try:
+        store = store_for(app)
+    except NoStoreConfigured:
+        return None
+    try:
+        args, kwargs, embed = message.decode()
+    except Exception:  # a body the worker cannot decode: nothing to keep but the log
+        logger.exception("celery-outbox: could not read the unknown task %s[%s]", name, id)
+        return None
+    headers, info = message.headers or {}, message.delivery_info or {}
+    options = {
+        "root_id": headers.get("root_id"),
+        "parent_id": headers.get("parent_id"),
+        "group_id": headers.get("group"),
+        "group_index": headers.get("group_index"),
+        "chord": (embed or {}).get("chord"),
+        "chain": (embed or {}).get("chain"),
+        "link": (embed or {}).get("callbacks"),
+        "link_error": (embed or {}).get("errbacks"),
+        "headers": headers,
+    }
+    canvas = canvas_options(options, headers=(JOIN_HEADER,))
+    now, hostname = utcnow(), getattr(sender, "hostname", "this worker")
+    anonymous = info.get("exchange") in ("", None)
+    letter = build_dead_letter(
+        task_name=name,
+        task_id=id,
+        args=args,
+        kwargs=kwargs,
+        options={
+            "queue": info.get("routing_key") if anonymous else None,
+            "exchange": None if anonymous else info.get("exchange"),
+            "routing_key": None if anonymous else info.get("routing_key"),
+            "priority": info.get("priority"),
+            **({"canvas": canvas} if canvas else {}),
+        },
+        exc=NotRegistered(f"task {name!r} is not registered on {hostname}"),
+        retries=int(headers.get("retries") or 0),
+        first_failed_at=now,
+        failed_at=now,
+    )
+    workflow = workflow_root(id, options)
+    extra = {"workflow": workflow} if workflow else {}
+    try:
+        letter_id = store.add_dead_letter(storable(app, letter), **extra)
+    except Exception:  # the message is gone already: say so loudly
+        logger.critical(
+            "celery-outbox: unknown task %s[%s] was rejected and its dead letter could not be "
+            "written: args=%s kwargs=%s",
+            name,
+            id,
+            loggable(args),
+            loggable(kwargs),
+            exc_info=True,
+        )
+        return None
+    logger.error("celery-outbox: unknown task %s[%s] is dead letter %s", name, id, letter_id)
+    return letter_id
+
+
+def install() -> None:
+    """Connect :func:`dead_letter_unknown` to Celery's ``task_unknown`` (once)."""
+    task_unknown.connect(dead_letter_unknown, weak=False, dispatch_uid="celery_outbox_unknown")

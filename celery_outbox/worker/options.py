@@ -21,9 +21,8 @@ from celery import Celery, Task
 
 from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import utcnow
-from celery_outbox.config import OutboxConfig
+from celery_outbox.config import OutboxConfig, QueueName
 from celery_outbox.exceptions import OutboxConfigError
-from celery_outbox.rules import QueueName
 
 #: Shortest duration an option takes, in seconds (a shorter wait is a hot retry loop).
 MIN_SECONDS = 0.001

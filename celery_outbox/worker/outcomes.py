@@ -1,5 +1,6 @@
 """Carrying out what follows a failed attempt: decide (:mod:`.policy`), then schedule
-the retry (:mod:`.republish`) or write the dead letter (:mod:`.letters`)."""
+the retry (:mod:`.republish`) or write the dead letter (:mod:`.letters`).
+"""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from celery_outbox.worker.republish import schedule_retry
 
 def _database_now(task: Task[Any, Any], attempt: Attempt) -> datetime:
     """The clock a parked retry's due time is on (the database's), else this worker's
-    when the store cannot read it (parking fails then too, and says so)."""
+    when the store cannot read it (parking fails then too, and says so).
+    """
     try:
         return store_for(task.app).now(using=attempt.using)
     except (StoreError, OutboxConfigError):  # down, or no store: the worker's is next best

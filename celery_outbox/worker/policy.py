@@ -1,5 +1,6 @@
 """What follows a failed attempt: retry after some wait (on an ETA or parked), or
-dead-letter. Pure logic: no broker, no store, no clock."""
+dead-letter. Pure logic: no broker, no store, no clock.
+"""
 
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ def decide(
 
 def too_many_deliveries(deliveries: int, *, limit: int) -> bool:
     """Whether a message delivered ``deliveries`` times is dead-lettered without running
-    (``outbox_max_deliveries``: a message that keeps killing its worker)."""
+    (``outbox_max_deliveries``: a message that keeps killing its worker).
+    """
     return deliveries > limit
 
 

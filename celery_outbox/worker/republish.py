@@ -22,13 +22,13 @@ from celery.exceptions import Ignore, QueueNotFound, Reject, Retry
 from celery_outbox.backoff import BackoffPolicy
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.envelope import build_message
+from celery_outbox.dispatch.envelope import build_message
 from celery_outbox.long_text import bounded_logger, loggable
-from celery_outbox.records import NewMessage
 from celery_outbox.registry import store_for
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
 from celery_outbox.signals import task_retry_scheduled
-from celery_outbox.superseding import superseding
+from celery_outbox.store.records import NewMessage
+from celery_outbox.store.superseding import superseding
 from celery_outbox.worker.attempt import (
     FIRST_FAILED_HEADER,
     HELD_HEADER,
@@ -108,7 +108,8 @@ def schedule_retry(
 def retry_reason(exc: BaseException | None) -> str:
     """``module.Type: first line of the message``, cut to :data:`RETRY_REASON_CHARS`
     (what the admin shows as the reason a retry is parked); :data:`NO_ERROR_REASON` for
-    a ``retry()`` called with no error."""
+    a ``retry()`` called with no error.
+    """
     if exc is None:
         return NO_ERROR_REASON
     lines = str(exc).strip().splitlines()
@@ -218,14 +219,16 @@ def _hold_on_broker(
 
 def holding_queue(routing: Mapping[str, Any], *, default: str) -> str:
     """The queue a message from ``routing`` (:meth:`Attempt.routing`) is held on: its
-    queue's name (else its routing key, else ``default``) plus :data:`HOLDING_SUFFIX`."""
+    queue's name (else its routing key, else ``default``) plus :data:`HOLDING_SUFFIX`.
+    """
     name = str(routing.get("queue") or routing.get("routing_key") or default)
     return name if name.endswith(HOLDING_SUFFIX) else name + HOLDING_SUFFIX
 
 
 def _put_back_headers(attempt: Attempt, pending: Mapping[str, Any] | None) -> dict[str, Any]:
     """Headers a message put back or held keeps: its first failure, the dead letter it
-    carries, and its task's own routing when it was on a retry queue."""
+    carries, and its task's own routing when it was on a retry queue.
+    """
     headers: dict[str, Any] = {}
     if pending is not None:
         headers[PENDING_LETTER_HEADER] = json.dumps(dict(pending))
@@ -273,7 +276,7 @@ def _park(task: Task[Any, Any], attempt: Attempt, message: NewMessage, *, delay:
     worker's: a worker whose clock is off runs no retry early); ``False`` when the store
     failed (logged).
 
-    A pending row of the task id is superseded (:mod:`celery_outbox.superseding`, rule 1:
+    A pending row of the task id is superseded (:mod:`celery_outbox.store.superseding`, rule 1:
     this run is the delivery of its message): the row this attempt was published from,
     which its publisher has not removed yet, or a retry a duplicate delivery parked.
     """

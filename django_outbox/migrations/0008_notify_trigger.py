@@ -1,4 +1,4 @@
-"""The relay's NOTIFY on PostgreSQL: a trigger on the outbox table (celery_outbox.wakeups).
+"""The relay's NOTIFY on PostgreSQL: a trigger on the outbox table (celery_outbox.store.base).
 
 Nothing on other databases: their relay polls.
 """
@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import migrations
 
-from celery_outbox.wakeups import CREATE_TRIGGER, DROP_TRIGGER
+from celery_outbox.store.base import CREATE_TRIGGER, DROP_TRIGGER
 
 
 def _run(statements: Sequence[str]) -> Callable[[Any, Any], None]:

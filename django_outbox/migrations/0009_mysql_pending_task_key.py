@@ -4,7 +4,7 @@ PostgreSQL and SQLite have it since 0001, as the partial unique index
 ``celery_outbox_pending_task_uniq``; MySQL and MariaDB have no partial indexes, so it is a
 unique index of that name over a generated column, ``pending_task_id`` (the task id while
 the row is pending, NULL otherwise). The SQL is a copy of
-``celery_outbox.pending_key.mysql_add_pending_key()`` (a test checks they are equal), kept
+``celery_outbox.store.schema.mysql_add_pending_key()`` (a test checks they are equal), kept
 here so this migration never changes.
 """
 

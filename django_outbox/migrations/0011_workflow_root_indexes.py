@@ -1,5 +1,5 @@
 """PostgreSQL: the indexes finding a workflow's pending steps and dead letters by its root
-id (a no-op on other databases; see ``celery_outbox.root_indexes``).
+id (a no-op on other databases; see ``celery_outbox.store.schema``).
 
 Partial expression indexes: the pending outbox rows by ``options #> '{headers,root_id}'``
 and the dead letters with a canvas by ``options #> '{canvas,root_id}'``. They are not in
@@ -7,7 +7,7 @@ the models' ``Meta.indexes``: Django would then warn on MySQL/MariaDB at every m
 (models.W037/W043) and try to build the index there without its condition. Built
 ``CONCURRENTLY`` (outbox writes go on meanwhile), so this migration is not atomic; an
 invalid index a failed build left is dropped first. The SQL is a copy of
-``celery_outbox.root_indexes`` (a test checks they are equal), kept here so this migration
+``celery_outbox.store.schema`` (a test checks they are equal), kept here so this migration
 never changes.
 """
 

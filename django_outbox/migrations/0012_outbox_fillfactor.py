@@ -1,12 +1,12 @@
 """PostgreSQL: half of each page of the outbox table kept free, so a claim's lease is an
-update on the row's own page (celery_outbox.table_storage). Nothing on other databases."""
+update on the row's own page (celery_outbox.store.schema). Nothing on other databases."""
 
 from collections.abc import Callable
 from typing import Any
 
 from django.db import migrations
 
-from celery_outbox.table_storage import RESET_FILLFACTOR, SET_FILLFACTOR
+from celery_outbox.store.schema import RESET_FILLFACTOR, SET_FILLFACTOR
 
 
 def _run(statement: str) -> Callable[[Any, Any], None]:

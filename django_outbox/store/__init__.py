@@ -21,6 +21,6 @@ module                 what it holds
 
 from __future__ import annotations
 
-from django_outbox.store.outbox import DjangoOutboxStore
+from django_outbox.store.store import DjangoOutboxStore
 
 __all__ = ["DjangoOutboxStore"]

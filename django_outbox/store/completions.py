@@ -2,7 +2,7 @@
 
 :meth:`DjangoCompletions.complete_once` opens ``transaction.atomic(using=alias)`` and
 inserts the task's row first, with the vendor's insert-or-nothing
-(:func:`~django_outbox.store.sql.insert_completion`): a concurrent run of the same task
+(:func:`~django_outbox.store.statements.insert_completion`): a concurrent run of the same task
 id waits on the key. When nothing was inserted, a locking read
 (``SELECT ... FOR UPDATE``, which reads the latest committed row even under MySQL's
 ``REPEATABLE READ``) fetches the earlier run's row and the body is not run; when the
@@ -24,16 +24,15 @@ from django.conf import settings as django_settings
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
 from django.db.models import QuerySet
 
-from celery_outbox.completions import Completion
 from celery_outbox.exceptions import AtomicUnsupported, StoreDataError, StoreError
-from celery_outbox.records import TASK_ID_MAX_LENGTH, TASK_NAME_MAX_LENGTH, StoredCompletion
-from celery_outbox.storage import OutboxStore
+from celery_outbox.store.base import Completion, OutboxStore
+from celery_outbox.store.records import TASK_ID_MAX_LENGTH, TASK_NAME_MAX_LENGTH, StoredCompletion
 from django_outbox._compat import raw_delete
 from django_outbox.models import CompletedTask
 from django_outbox.store import rows as convert
-from django_outbox.store import sql
+from django_outbox.store import statements as sql
 from django_outbox.store.calls import refresh_connection, running_on, store_errors
-from django_outbox.store.orm import locking
+from django_outbox.store.vendors import locking
 
 #: Inserts tried before giving up on a task id whose row vanishes in between (a purge).
 _TRIES = 2
@@ -66,7 +65,8 @@ class DjangoCompletions(OutboxStore):
 
     def atomic_problem(self, using: str | None = None) -> str | None:
         """``None`` when ``using`` is in ``DATABASES`` and is PostgreSQL, SQLite 3.24+ or
-        MySQL/MariaDB; else why not."""
+        MySQL/MariaDB; else why not.
+        """
         alias = using or DEFAULT_DB_ALIAS
         if alias not in django_settings.DATABASES:
             known = ", ".join(django_settings.DATABASES)
@@ -96,7 +96,8 @@ class DjangoCompletions(OutboxStore):
     ) -> Iterator[Completion]:
         """``transaction.atomic(using=...)`` that inserts the task's row first (see the
         module); database errors of the store's own statements, or of the commit, leave as
-        ``StoreError``, the body's own exceptions unchanged."""
+        ``StoreError``, the body's own exceptions unchanged.
+        """
         alias = using or DEFAULT_DB_ALIAS
         problem = self.atomic_problem(alias)
         if problem is not None:
@@ -132,7 +133,8 @@ class DjangoCompletions(OutboxStore):
 
     def purge_completed(self, *, older_than: datetime, limit: int, using: str | None = None) -> int:
         """Delete the oldest ``limit`` rows completed before ``older_than``: two statements
-        (MySQL cannot ``DELETE ... WHERE id IN (SELECT ... LIMIT n)``)."""
+        (MySQL cannot ``DELETE ... WHERE id IN (SELECT ... LIMIT n)``).
+        """
         alias = using or DEFAULT_DB_ALIAS
         refresh_connection(alias)
         with store_errors("purge completed tasks"):
@@ -167,7 +169,8 @@ def _open(
 
 def _aborted_by_the_database(exc: BaseException) -> bool:
     """A serialization failure or deadlock: SQLSTATE 40001/40P01 (psycopg's ``sqlstate``,
-    psycopg2's ``pgcode``), MySQL error 1213."""
+    psycopg2's ``pgcode``), MySQL error 1213.
+    """
     if not isinstance(exc, OperationalError):
         return False
     cause = exc.__cause__

@@ -8,11 +8,16 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from celery_outbox.records import DeadLetterStatus, NewDeadLetter, NewMessage, StoredDeadLetter
+from celery_outbox.store.records import (
+    DeadLetterStatus,
+    NewDeadLetter,
+    NewMessage,
+    StoredDeadLetter,
+)
 from django_outbox.models import DeadLetter, DeliveryCount
 from django_outbox.store import rows as convert
 from django_outbox.store import workflows
-from django_outbox.store.orm import locking
+from django_outbox.store.vendors import locking
 
 #: Inserts an outbox row (the alias's strategy): its id, or ``None`` when already pending.
 Insert = Callable[[NewMessage], "int | None"]
@@ -42,7 +47,8 @@ def forget_deliveries(task_id: str, *, alias: str) -> None:
 
 def add_dead_letter(letter: NewDeadLetter, *, alias: str, workflow: str | None = None) -> int:
     """Write a dead letter in the caller's transaction (at once outside one); with
-    ``workflow``, mark that workflow failed by the letter's task in the same transaction."""
+    ``workflow``, mark that workflow failed by the letter's task in the same transaction.
+    """
     row = convert.new_dead_letter(letter)
     with transaction.atomic(using=alias, savepoint=False):
         row.save(using=alias, force_insert=True)
@@ -68,7 +74,8 @@ def requeue_dead_letter(
     workflow: str | None = None,
 ) -> tuple[str, int | None]:
     """Add ``message`` with ``insert``, mark the letter ``requeued`` and resume its
-    ``workflow`` (when given), in one transaction."""
+    ``workflow`` (when given), in one transaction.
+    """
     with transaction.atomic(using=alias):
         letter = locking(
             DeadLetter.objects.using(alias).filter(pk=letter_id), skip_locked=False

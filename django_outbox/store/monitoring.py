@@ -1,4 +1,14 @@
-"""The backlog and the sweep record in the Django store, on the database's clock.
+"""The backlog, the sweep record and bounded counts in the Django store.
+
+Bounded counts in the Django store (:mod:`celery_outbox.store.counts`): exact up to a
+bound, PostgreSQL's planner estimate above it; other databases count exactly.
+
+The store's gauges and the admin's pages (:mod:`django_outbox.admin.counts`) count
+the same way: :func:`capped_counts` reads at most ``cap + 1`` index entries per count,
+every count of one database in one statement, and :func:`planner_estimate` replaces a
+count that reached the cap.
+
+The backlog and the sweep record in the Django store, on the database's clock.
 
 The clock is ``statement_timestamp()`` on PostgreSQL and ``UTC_TIMESTAMP(6)`` on
 MySQL/MariaDB (one ``SELECT``); on SQLite and other databases, this process's clock.
@@ -10,27 +20,102 @@ nothing and concurrent sweepers never fail.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Case, Count, F, Min, When
+from django.db.models import Case, Count, F, Min, QuerySet, Value, When
 
-from celery_outbox.estimates import settled
-from celery_outbox.monitoring import SWEEP_NAME, Backlog, LastSweep
-from celery_outbox.records import OUTBOX_TABLE, DeadLetterStatus, MessageStatus
-from celery_outbox.storage import OutboxStore
+from celery_outbox.store.base import SWEEP_NAME, Backlog, LastSweep, OutboxStore
+from celery_outbox.store.counts import plan_rows, settled
+from celery_outbox.store.records import OUTBOX_TABLE, DeadLetterStatus, MessageStatus
 from django_outbox.models import DeadLetter, SweepRecord
-from django_outbox.store.calls import alias_of, refresh_connection, store_errors
-from django_outbox.store.clocks import clock_of, database_now
-from django_outbox.store.counting import bound_on, bounded_counts, planner_estimate
-from django_outbox.store.orm import messages
+from django_outbox.store.calls import (
+    alias_of,
+    clock_of,
+    database_now,
+    refresh_connection,
+    store_errors,
+)
+from django_outbox.store.vendors import messages
+
+# --- Bounded counts in the Django store (:mod:`celery_outbox.store.counts`): exact up to a
+
+Key = TypeVar("Key", bound=Hashable)
+
+
+def capped_counts(rows: Sequence[QuerySet[Any]], cap: int | None) -> list[int]:
+    """How many of each of ``rows`` (querysets of one database), each read up to ``cap
+    + 1`` (``None``: exactly), in one statement of scalar subqueries.
+
+    Each subquery selects a constant, so PostgreSQL counts along an index alone (an
+    index-only scan) wherever the filter's columns are indexed.
+    """
+    parts: list[str] = []
+    params: list[Any] = []
+    for index, queryset in enumerate(rows):
+        counted = queryset.order_by().values(one=Value(1))
+        if cap is not None:
+            counted = counted[: cap + 1]
+        sql, row_params = counted.query.sql_with_params()
+        parts.append(f"(SELECT COUNT(*) FROM ({sql}) AS counted_{index})")
+        params.extend(row_params)
+    with connections[rows[0].db].cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(parts), params)
+        return [int(n) for n in cursor.fetchone()]
+
+
+def planner_estimate(rows: QuerySet[Any]) -> int | None:
+    """PostgreSQL's estimate of how many ``rows`` there are (``EXPLAIN`` of their query:
+    the statistics of the last ``ANALYZE``); ``None`` on other databases.
+    """
+    connection = connections[rows.db]
+    if connection.vendor != "postgresql":
+        return None
+    sql, params = rows.order_by().values(one=Value(1)).query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+        return plan_rows(cursor.fetchone()[0])
+
+
+def bounded_counts(
+    named: Mapping[Key, QuerySet[Any]],
+    bound: int | None,
+    *,
+    estimated_as: Mapping[Key, QuerySet[Any]] | None = None,
+) -> dict[Key, int]:
+    """How many rows each of ``named`` holds (one database): exact up to ``bound``, above
+    it PostgreSQL's estimate, never below ``bound + 1`` (``bound`` ``None``: exact).
+
+    ``estimated_as`` names, per count, other rows whose estimate to report: the same
+    rows said in a way the planner estimates better (it takes the columns of a filter
+    for independent).
+    """
+    keys = list(named)
+    counted = capped_counts([named[key] for key in keys], bound)
+    instead = estimated_as or {}
+    return {
+        key: settled(n, bound, _estimate(instead.get(key, named[key])))
+        for key, n in zip(keys, counted, strict=True)
+    }
+
+
+def _estimate(rows: QuerySet[Any]) -> Callable[[], int]:
+    return lambda: planner_estimate(rows) or 0
+
+
+def bound_on(alias: str, bound: int | None) -> int | None:
+    """``bound`` where the planner can estimate (PostgreSQL), else ``None``: exact."""
+    return bound if connections[alias].vendor == "postgresql" else None
+
+
+# --- The backlog and the sweep record in the Django store, on the database's clock.
 
 #: When a due row started waiting: its due time, or its creation once a publish failed.
 _WAITING_SINCE = Case(When(attempts__gt=0, then=F("created_at")), default=F("available_at"))
-FAILED = MessageStatus.FAILED.value
 
+FAILED = MessageStatus.FAILED.value
 
 #: The due rows' count and longest wait, of the ``%s`` rows due longest (PostgreSQL).
 _BOUNDED_DUE = f"""
@@ -49,7 +134,8 @@ def _failed(alias: str) -> Any:
 def _due(alias: str, now: datetime, bound: int | None) -> dict[str, Any]:
     """The due rows' ``count`` and the start of the longest wait, ``since`` (``None``
     without due rows); with a ``bound``, of the ``bound + 1`` rows due longest, read
-    along the due-row index."""
+    along the due-row index.
+    """
     if bound is None:
         due = messages(alias).pending().filter(available_at__lte=now)
         found: dict[str, Any] = due.aggregate(count=Count("id"), since=Min(_WAITING_SINCE))
@@ -64,7 +150,7 @@ class DjangoMonitoring(OutboxStore):
     """The monitoring half of :class:`~django_outbox.store.DjangoOutboxStore`."""
 
     def now(self, *, using: str | None = None) -> datetime:
-        """The clock of database ``using`` (:mod:`django_outbox.store.clocks`)."""
+        """The clock of database ``using`` (:mod:`django_outbox.store.calls`)."""
         alias = alias_of(using)
         with store_errors("read the database's clock"):
             return clock_of(alias)()
@@ -72,8 +158,9 @@ class DjangoMonitoring(OutboxStore):
     def backlog(self, *, using: str | None = None, bound: int | None = None) -> Backlog:
         """Two short reads after the clock: the parked and the failed rows' counts, then
         the due rows' (a count above ``bound`` is PostgreSQL's estimate:
-        :mod:`celery_outbox.estimates`; the due rows' is the pending rows' less the parked,
-        since the planner takes status and due time for independent)."""
+        :mod:`celery_outbox.store.counts`; the due rows' is the pending rows' less the parked,
+        since the planner takes status and due time for independent).
+        """
         alias = alias_of(using)
         refresh_connection(alias)
         bound = bound_on(alias, bound)
@@ -101,7 +188,8 @@ class DjangoMonitoring(OutboxStore):
         self, *, using: str | None = None, bound: int | None = None
     ) -> Mapping[DeadLetterStatus, int]:
         """One statement of a count per status, each a range of the ``status, failed_at``
-        index (a ``GROUP BY`` over the whole table is planned as a sequential scan)."""
+        index (a ``GROUP BY`` over the whole table is planned as a sequential scan).
+        """
         alias = alias_of(using)
         refresh_connection(alias)
         bound = bound_on(alias, bound)

@@ -1,8 +1,9 @@
-"""Row <-> record for the Django store, over the core's one mapping (:mod:`celery_outbox.rows`).
+"""Row <-> record for the Django store, over the core's one mapping
+(:mod:`celery_outbox.store.records`).
 
 Every conversion of the Django store goes through here: model instances built from the
 core's column values, records read back from model instances, and the parameters of the
-raw upsert (:mod:`django_outbox.store.sql`).
+raw upsert (:mod:`django_outbox.store.statements`).
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ from typing import Any
 
 from django.db.models import Field
 
-from celery_outbox import rows as core
-from celery_outbox.records import (
+from celery_outbox.store import records as core
+from celery_outbox.store.base import StoredWorkflow, WorkflowStatus
+from celery_outbox.store.records import (
     NewDeadLetter,
     NewMessage,
     StoredCompletion,
     StoredDeadLetter,
     StoredMessage,
 )
-from celery_outbox.workflows import StoredWorkflow, WorkflowStatus
 from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage, Workflow
 
 #: Columns a new outbox row is written with (``id`` comes from the database).

@@ -1,10 +1,10 @@
-"""``Workflow`` rows and chord joins in the Django store (:mod:`celery_outbox.workflows`).
+"""``Workflow`` rows and chord joins in the Django store (:mod:`celery_outbox.store.base`).
 
 Every write goes through the ORM (or one raw statement) on the alias, so it joins
 whatever ``transaction.atomic(using=...)`` block the caller is in, like ``add``:
 
 - :meth:`DjangoWorkflows.add_workflow_steps` is one upsert
-  (:func:`~django_outbox.store.sql.add_workflow_steps`); on a database without one, an
+  (:func:`~django_outbox.store.statements.add_workflow_steps`); on a database without one, an
   ``UPDATE`` then an ``INSERT`` in a savepoint, and the ``UPDATE`` again when a
   concurrent transaction inserted the row first.
 - :meth:`DjangoWorkflows.workflow_step_done` is one ``UPDATE``: the step count capped at
@@ -13,7 +13,7 @@ whatever ``transaction.atomic(using=...)`` block the caller is in, like ``add``:
   concurrent step waits, and the locking read sees the latest committed row even under
   MySQL/MariaDB's ``REPEATABLE READ`` (SQLite: an ``UPDATE`` takes the write lock first).
 
-A join's ``results`` column holds its header parts as :mod:`celery_outbox.join_parts`
+A join's ``results`` column holds its header parts as :mod:`celery_outbox.store.records`
 writes them (the same in every store).
 """
 
@@ -26,22 +26,22 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import Case, DateTimeField, F, Q, QuerySet, Value, When
 from django.db.models.functions import Least
 
-from celery_outbox import join_parts
-from celery_outbox.storage import OutboxStore
-from celery_outbox.workflows import (
+from celery_outbox.store import records as join_parts
+from celery_outbox.store.base import (
     CANCELLABLE,
     WORKFLOW_STATUSES,
     JoinProgress,
+    OutboxStore,
     StoredWorkflow,
     WorkflowStatus,
 )
 from django_outbox._compat import raw_delete
 from django_outbox.models import ChordJoin, Workflow
 from django_outbox.store import rows as convert
-from django_outbox.store import sql
+from django_outbox.store import statements as sql
 from django_outbox.store.calls import alias_of, refresh_connection, store_errors
-from django_outbox.store.counting import bound_on, bounded_counts
-from django_outbox.store.orm import locking
+from django_outbox.store.monitoring import bound_on, bounded_counts
+from django_outbox.store.vendors import locking
 
 
 def workflows(alias: str) -> QuerySet[Workflow]:
@@ -58,7 +58,8 @@ def joins(alias: str) -> QuerySet[ChordJoin]:
 
 def mark_failed(root_id: str, task_id: str, *, now: datetime, alias: str) -> None:
     """``root_id``'s workflow ``failed`` by ``task_id`` at ``now`` unless it was cancelled:
-    one ``UPDATE``."""
+    one ``UPDATE``.
+    """
     workflows(alias).filter(root_id=root_id).exclude(status="cancelled").update(
         status="failed", failed_task_id=task_id, finished_at=now
     )
@@ -66,7 +67,8 @@ def mark_failed(root_id: str, task_id: str, *, now: datetime, alias: str) -> Non
 
 def mark_cancelled(root_id: str, *, now: datetime, alias: str) -> None:
     """``root_id``'s running or failed workflow ``cancelled`` at ``now``, and then its
-    chord joins deleted: two statements, in the caller's transaction."""
+    chord joins deleted: two statements, in the caller's transaction.
+    """
     closing = workflows(alias).filter(root_id=root_id, status__in=CANCELLABLE)
     if closing.update(status="cancelled", finished_at=now):
         raw_delete(joins(alias).filter(root_id=root_id), alias)
@@ -109,7 +111,8 @@ class DjangoWorkflows(OutboxStore):
         self, root_id: str, *, name: str, steps: int, now: datetime, using: str | None = None
     ) -> None:
         """Create ``root_id``'s ``running`` workflow or add ``steps`` to its total, in the
-        caller's transaction: one upsert (see the module)."""
+        caller's transaction: one upsert (see the module).
+        """
         alias = alias_of(using)
         with store_errors("count a workflow's steps"):
             if connections[alias].vendor in sql.WORKFLOW_VENDORS:
@@ -119,7 +122,8 @@ class DjangoWorkflows(OutboxStore):
 
     def workflow_step_done(self, root_id: str, *, now: datetime, using: str | None = None) -> None:
         """Count one step done and finish a ``running`` workflow at its last step: one
-        ``UPDATE`` in the caller's transaction."""
+        ``UPDATE`` in the caller's transaction.
+        """
         last = Q(status="running", steps_done__gte=F("steps_total") - 1)
         with store_errors("count a workflow step done"):
             # MySQL assigns left to right: the CASEs read steps_done before it changes.
@@ -162,7 +166,8 @@ class DjangoWorkflows(OutboxStore):
     ) -> Mapping[WorkflowStatus, int]:
         """Workflows per status, every status present: one statement of a count per
         status, each a range of the status index (a ``GROUP BY`` over the whole table is
-        a sequential scan); above ``bound``, PostgreSQL's estimate."""
+        a sequential scan); above ``bound``, PostgreSQL's estimate.
+        """
         alias = alias_of(using)
         refresh_connection(alias)
         bound = bound_on(alias, bound)
@@ -211,7 +216,8 @@ class DjangoWorkflows(OutboxStore):
 
     def purge_joins(self, *, older_than: datetime, limit: int, using: str | None = None) -> int:
         """Delete up to ``limit`` done joins created before ``older_than``, oldest first:
-        two statements in one transaction."""
+        two statements in one transaction.
+        """
         alias = alias_of(using)
         refresh_connection(alias)
         with store_errors("purge chord joins"), transaction.atomic(using=alias):
@@ -223,7 +229,8 @@ class DjangoWorkflows(OutboxStore):
 def _locked(rows: QuerySet[ChordJoin]) -> QuerySet[ChordJoin]:
     """``rows`` read with ``FOR UPDATE``; where the database has none (SQLite), after an
     ``UPDATE`` that takes the write lock first (a read lock upgraded later fails at once,
-    "database is locked", against a concurrent step)."""
+    "database is locked", against a concurrent step).
+    """
     if not connections[rows.db].features.has_select_for_update:
         rows.update(remaining=F("remaining"))
     return locking(rows, skip_locked=False)

@@ -1,7 +1,19 @@
-"""``OutboxBackend``: Django's task backend that writes outbox rows and runs on Celery."""
+"""``OutboxBackend``: Django's task backend on the outbox, and priorities.
+
+Django's task priority (-100 … 100, higher runs first) as a Celery message priority.
+
+The range is mapped linearly onto the broker's ten levels, 0 … 9, and rounded half up
+(Django's default 0 is 5 on RabbitMQ). RabbitMQ runs higher numbers first (the queue
+needs ``x-max-priority``); Redis runs *lower* numbers first (kombu reads its priority
+lists 0, 3, 6, 9 in that order, and a message without a priority is 0), so on Redis the
+scale is turned over: Django 100 → 0, Django 0 → 4, Django -100 → 9.
+
+``OutboxBackend``: Django's task backend that writes outbox rows and runs on Celery.
+"""
 
 from __future__ import annotations
 
+import math
 from contextlib import suppress
 from typing import Any, ParamSpec, TypeVar
 
@@ -11,7 +23,7 @@ from celery.states import PENDING
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.tasks import DEFAULT_TASK_QUEUE_NAME, TaskResult
 from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import Task
+from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, Task
 from django.tasks.exceptions import InvalidTask
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
@@ -21,9 +33,41 @@ from celery_outbox import OutboxTask
 from django_outbox.celery_app import import_app, project_app
 from django_outbox.tasks import checks, results, statuses
 from django_outbox.tasks.definition import DurableTask
-from django_outbox.tasks.priority import broker_priority, runs_low_first
+
+# --- Django's task priority (-100 … 100, higher runs first) as a Celery message priority.
+
+#: The highest Celery message priority (RabbitMQ's and kombu's Redis range is 0 … 9).
+BROKER_MAX_PRIORITY = 9
+
+#: Broker URL schemes whose transport runs lower priority numbers first.
+LOW_FIRST_SCHEMES = frozenset({"redis", "rediss", "redis+socket", "sentinel"})
+
+
+def broker_priority(priority: int, *, low_first: bool) -> int:
+    """The Celery ``priority`` of a Django task of ``priority``.
+
+    Parameters
+    ----------
+    priority
+        Django's, -100 … 100 (validated by the backend before this is called).
+    low_first
+        Whether the broker runs lower numbers first (Redis).
+    """
+    span = TASK_MAX_PRIORITY - TASK_MIN_PRIORITY
+    level = math.floor((priority - TASK_MIN_PRIORITY) * BROKER_MAX_PRIORITY / span + 0.5)
+    return BROKER_MAX_PRIORITY - level if low_first else level
+
+
+def runs_low_first(broker_url: str | None) -> bool:
+    """Whether the broker of ``broker_url`` runs lower priority numbers first."""
+    scheme = (broker_url or "amqp://").partition("://")[0].lower()
+    return scheme in LOW_FIRST_SCHEMES
+
+
+# --- ``OutboxBackend``: Django's task backend that writes outbox rows and runs on Celery.
 
 _P = ParamSpec("_P")
+
 _R = TypeVar("_R")
 
 
@@ -72,14 +116,16 @@ class OutboxBackend(BaseTaskBackend):
     def supports_get_result(self) -> bool:  # type: ignore[override]
         """Whether results can be read: a result backend, ``result_extended`` on, and
         results not ignored (see :func:`~django_outbox.tasks.checks.results_unreadable`);
-        read from the Celery configuration at the first use."""
+        read from the Celery configuration at the first use.
+        """
         if self._results_readable is None:
             self._results_readable = checks.results_unreadable(self) is None
         return self._results_readable
 
     def validate_task(self, task: Any) -> None:
         """Django's validation (module-level function, priority, ``run_after``, queue),
-        and that ``task`` is a :class:`DurableTask` (it has a Celery task)."""
+        and that ``task`` is a :class:`DurableTask` (it has a Celery task).
+        """
         super().validate_task(task)
         if not isinstance(task, DurableTask):
             raise InvalidTask(
@@ -188,7 +234,8 @@ class OutboxBackend(BaseTaskBackend):
 def _record_enqueued(app: Celery, result: TaskResult[..., Any], options: dict[str, Any]) -> None:
     """Write ``PENDING`` with the task's name and arguments to the result backend, unless
     a worker already wrote a state (a later dispatch of the transaction was published
-    before this ran)."""
+    before this ran).
+    """
     backend = app.backend
     if backend.get_task_meta(result.id, cache=False).get("status") != PENDING:
         return

@@ -4,7 +4,7 @@ The Celery task is named after the function's module path (``proj.emails.send``)
 registered, as ``shared_task`` registers, on every app already alive and on every app
 finalised later: a worker imports the module (Celery's ``autodiscover_tasks`` imports
 ``tasks.py`` of each installed app) and so knows the task. A message for a task whose
-module the worker never imported becomes a dead letter (``celery_outbox.worker.unknown``).
+module the worker never imported becomes a dead letter (``celery_outbox.worker.letters``).
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from django.tasks.base import TaskError
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils.module_loading import import_string
 
-from celery_outbox.envelope import decode_body
-from celery_outbox.records import MessageStatus
+from celery_outbox.dispatch.envelope import decode_body
+from celery_outbox.store.records import MessageStatus
 from django_outbox.models import DeadLetter, OutboxMessage
 from django_outbox.tasks import statuses
 from django_outbox.tasks.definition import DurableTask

@@ -1,5 +1,6 @@
 """Django's task statuses, typed (django-stubs declares ``TaskResultStatus``'s members as
-``...``, so mypy would not know them as statuses)."""
+``...``, so mypy would not know them as statuses).
+"""
 
 from __future__ import annotations
 

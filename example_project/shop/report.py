@@ -58,7 +58,8 @@ class Progress:
     @property
     def done(self) -> bool:
         """Every order settled (delivered on some channel, or dead on all of them) and
-        its fulfilment workflow finished."""
+        its fulfilment workflow finished.
+        """
         return (
             self.orders > 0
             and self.settled == self.orders

@@ -82,7 +82,8 @@ def sa_mysql_engine(mysql_url: str) -> Iterator[Any]:
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def engine(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A SQLAlchemy engine with the outbox tables, on SQLite and on PostgreSQL, emptied
-    after each test (a file that needs other databases defines its own)."""
+    after each test (a file that needs other databases defines its own).
+    """
     made = request.getfixturevalue(f"sa_{request.param}_engine")
     yield made
     _empty(made)

@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from celery_outbox.records import NewDeadLetter, NewMessage, StoredMessage
+from celery_outbox.store.records import NewDeadLetter, NewMessage, StoredMessage
 
 #: A fixed "now" far from the wall clock, so due times never depend on when tests run.
 #: ``created_at`` comes from the store's own clock (the wall clock), hence ``FAR_FUTURE``.

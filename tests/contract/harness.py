@@ -12,9 +12,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from celery_outbox.records import StoredMessage
-from celery_outbox.rows import stored_message
-from celery_outbox.storage import OutboxStore
+from celery_outbox.store.base import OutboxStore
+from celery_outbox.store.records import StoredMessage, stored_message
 
 T = TypeVar("T")
 
@@ -52,7 +51,8 @@ class Harness(abc.ABC):
 
     def settle(self) -> None:  # noqa: B027 - a hook: the other stores defer nothing
         """Run whatever deletes of published rows a store deferred (Django's on-commit
-        publisher hands them to a thread); nothing for the others."""
+        publisher hands them to a thread); nothing for the others.
+        """
 
     def in_thread(self, work: Callable[[], T]) -> T:
         """Run ``work`` as a thread's body (and release what the thread opened)."""
@@ -180,7 +180,7 @@ class DjangoHarness(Harness):
 
     def settle(self) -> None:
         """Run the published rows' deletes the on-commit publisher handed to a thread."""
-        from django_outbox.store.published import settle
+        from django_outbox.store.transactions import settle
 
         assert settle()
 

@@ -1,5 +1,6 @@
 """Batched inserts (``transaction_token``, ``add_many``): one statement for a batch, the same
-rows and ids as one ``add`` per message, all or nothing."""
+rows and ids as one ``add`` per message, all or nothing.
+"""
 
 from __future__ import annotations
 

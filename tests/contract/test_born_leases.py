@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from celery_outbox.records import Claim, MessageStatus, NewMessage, StoredMessage
+from celery_outbox.store.records import Claim, MessageStatus, NewMessage, StoredMessage
 from tests.contract.factories import FAR_FUTURE, LEASE, NOW, new_message, rolled_back
 from tests.contract.harness import Harness
 

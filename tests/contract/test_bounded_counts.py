@@ -1,6 +1,7 @@
 """Bounded counts (``bound=``, what a metrics scrape asks for) on every store: exact up
 to the bound; above it, PostgreSQL's planner estimate (never below ``bound + 1``),
-exact elsewhere (:mod:`celery_outbox.estimates`)."""
+exact elsewhere (:mod:`celery_outbox.store.counts`).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from celery_outbox.records import DeadLetterStatus
+from celery_outbox.store.records import DeadLetterStatus
 from tests.contract.factories import FAR_FUTURE, new_dead_letter, new_message
 from tests.contract.harness import Harness
 

@@ -1,5 +1,6 @@
 """Cancelling pending rows on every store (``OutboxStore.cancel_pending``): locked, deleted
-and their workflows closed ``cancelled`` with their chord joins, in one transaction."""
+and their workflows closed ``cancelled`` with their chord joins, in one transaction.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from celery import Celery
 
 from celery_outbox import cancel, install_store
-from celery_outbox.records import Claim, MessageStatus, StoredMessage
+from celery_outbox.store.records import Claim, MessageStatus, StoredMessage
 from tests.contract.factories import LEASE, NOW, new_message, rolled_back, written
 from tests.contract.harness import Harness
 from tests.contract.test_claims import claim_due

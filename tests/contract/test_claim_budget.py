@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from celery_outbox.records import Claim
+from celery_outbox.store.records import Claim
 from tests.contract.factories import FAR_FUTURE, LEASE, NOW, new_message
 from tests.contract.harness import Harness
 

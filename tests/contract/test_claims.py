@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from celery_outbox.records import Claim, MessageStatus
+from celery_outbox.store.records import Claim, MessageStatus
 from tests.contract.factories import FAR_FUTURE, LEASE, NOW, new_message
 from tests.contract.harness import Harness
 

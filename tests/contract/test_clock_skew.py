@@ -25,12 +25,12 @@ from celery.exceptions import Retry
 
 from celery_outbox import OutboxTask, clock
 from celery_outbox.config import OutboxConfig
-from celery_outbox.records import Claim, MessageStatus
 from celery_outbox.registry import install_store, store_for
-from celery_outbox.relay import PublishPath, PublishReport, Relay
+from celery_outbox.relay.relay import PublishPath, PublishReport, Relay
+from celery_outbox.relay.sweeper import Sweeper
 from celery_outbox.signals import message_published
 from celery_outbox.state import state_of
-from celery_outbox.sweeper import Sweeper
+from celery_outbox.store.records import Claim, MessageStatus
 from celery_outbox.worker.attempt import Attempt
 from celery_outbox.worker.republish import schedule_retry
 from tests.contract.harness import Harness
@@ -50,7 +50,8 @@ def noop(*args: Any) -> None:
 def host_clock(seconds: float, app: Celery | None = None) -> Iterator[None]:
     """This host's wall clock ``seconds`` off: every ``utcnow`` of both packages, even
     one bound as a default argument, and ``app.now()`` (Celery's, which turns a
-    countdown into an ETA) read it, as under libfaketime."""
+    countdown into an ETA) read it, as under libfaketime.
+    """
     shift = timedelta(seconds=seconds)
 
     class HostDatetime(datetime):
@@ -75,7 +76,8 @@ def _database_clock() -> datetime:
 
 class RacingRelay(Relay):
     """A relay whose on-commit publisher lets ``race`` run once it holds its rows and
-    before it sends them: the moment a sweeper taking those rows would publish them twice."""
+    before it sends them: the moment a sweeper taking those rows would publish them twice.
+    """
 
     race: Callable[[], object] | None = None
 

@@ -1,5 +1,6 @@
 """Atomic tasks: ``complete_once`` inserts the ``CompletedTask`` row first, lets the block
-write and dispatch in the same transaction, and tells a duplicate it already ran."""
+write and dispatch in the same transaction, and tells a duplicate it already ran.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from celery_outbox.completions import Completion
+from celery_outbox.store.base import Completion
 from tests.contract.factories import FAR_FUTURE, LEASE, NOW, new_message
 from tests.contract.harness import Harness
 

@@ -10,10 +10,10 @@ import pytest
 from celery import Celery
 
 from celery_outbox import dead_letters
-from celery_outbox.escaping import escape_letter
+from celery_outbox.dead_letters import escape_letter
 from celery_outbox.exceptions import DeadLetterCompleted, DeadLetterDiscarded
-from celery_outbox.records import DeadLetterStatus, MessageStatus
 from celery_outbox.registry import install_store
+from celery_outbox.store.records import DeadLetterStatus, MessageStatus
 from tests.contract.factories import (
     FAR_FUTURE,
     LEASE,

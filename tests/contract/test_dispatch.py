@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from celery_outbox.records import Claim, MessageStatus, StoredMessage
+from celery_outbox.store.records import Claim, MessageStatus, StoredMessage
 from tests.contract.factories import (
     FAR_FUTURE,
     LEASE,

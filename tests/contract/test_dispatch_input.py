@@ -17,9 +17,9 @@ import pytest
 from celery import Celery
 
 from celery_outbox import OutboxTask, PayloadError
-from celery_outbox.envelope import decode_body
-from celery_outbox.records import StoredMessage
+from celery_outbox.dispatch.envelope import decode_body
 from celery_outbox.registry import install_store
+from celery_outbox.store.records import StoredMessage
 from tests.contract.factories import FAR_FUTURE, LEASE
 from tests.contract.harness import Harness
 

@@ -3,7 +3,7 @@
 Many threads, each in its own transaction, add the same few task ids at once (after a
 barrier), round after round. The store's key decides: the partial unique index on
 PostgreSQL and SQLite, the unique key over the generated ``pending_task_id`` on
-MySQL/MariaDB (:mod:`celery_outbox.pending_key`). A transaction that lost keeps going (its
+MySQL/MariaDB (:mod:`celery_outbox.store.schema`). A transaction that lost keeps going (its
 own other rows commit), and a row rolled back frees the id for a waiting transaction.
 
 InnoDB (MySQL/MariaDB) waits on a secondary unique key with next-key locks, which cover the
@@ -52,7 +52,8 @@ class _Outcome:
 
 def _race(harness: Harness, task_ids: list[str], rollback_every: int) -> list[_Outcome]:
     """Every thread adds ``task_ids`` (in the same order) and its own id in a transaction;
-    every ``rollback_every``-th thread (0: none) rolls back."""
+    every ``rollback_every``-th thread (0: none) rolls back.
+    """
     barrier = threading.Barrier(THREADS)
     outcomes = [_Outcome() for _ in range(THREADS)]
 

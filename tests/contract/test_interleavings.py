@@ -1,5 +1,6 @@
 """Random interleavings of claims, marks, failures and time: every store acts like the
-in-memory reference, and no row is ever published twice (hypothesis)."""
+in-memory reference, and no row is ever published twice (hypothesis).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from datetime import datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from celery_outbox.records import Claim, MessageStatus
-from celery_outbox.storage import OutboxStore
+from celery_outbox.store.base import OutboxStore
+from celery_outbox.store.records import Claim, MessageStatus
 from celery_outbox.testing import InMemoryOutboxStore
 from tests.contract.factories import FAR_FUTURE, NOW, new_message
 from tests.contract.harness import Harness, MemoryHarness

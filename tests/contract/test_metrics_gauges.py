@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from celery import Celery
 
-from celery_outbox.records import DeadLetterStatus
 from celery_outbox.registry import install_store
+from celery_outbox.store.records import DeadLetterStatus
 from tests.contract.factories import FAR_FUTURE, NOW, new_dead_letter, new_message
 from tests.contract.harness import Harness
 

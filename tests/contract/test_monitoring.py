@@ -1,4 +1,4 @@
-"""The backlog and the sweep record (``celery_outbox.monitoring``) on every store.
+"""The backlog and the sweep record (``celery_outbox.store.base``) on every store.
 
 Times are the database's clock, so rows are due long ago or far in the future, never
 "now" as the tests' fixed ``NOW`` reads it.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta, timezone
 
-from celery_outbox.monitoring import Backlog
-from celery_outbox.records import Claim
+from celery_outbox.store.base import Backlog
+from celery_outbox.store.records import Claim
 from tests.contract.factories import FAR_FUTURE, new_message
 from tests.contract.harness import Harness
 

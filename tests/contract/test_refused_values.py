@@ -7,7 +7,7 @@ Each case is a real round trip: the server refuses, the store's boundary transla
 the next statement on the same store works. (1153, a statement over
 ``max_allowed_packet``, is in ``tests/django/test_oversized_dead_letter_e2e.py``, on a
 MariaDB of its own; the drivers' classes with each code are in
-``tests/unit/test_store_errors.py``.)
+``tests/unit/store/test_errors.py``.)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from sqlalchemy import create_engine, event, text
 
 from celery_outbox.exceptions import StoreDataError
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, metadata
-from celery_outbox.sqlalchemy.boundary import store_errors
+from celery_outbox.sqlalchemy.types import store_errors
 from tests.contract.factories import new_dead_letter
 from tests.django.refused_client import REFUSING, code_of
 from tests.django.test_other_databases import run_django

@@ -17,12 +17,12 @@ pytest.importorskip("django", reason="Django is not installed: no models to comp
 from sqlalchemy import JSON, DateTime, Integer, String, Table, Text
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from celery_outbox.records import DEAD_LETTER_TABLE, OUTBOX_TABLE
-from celery_outbox.root_indexes import LETTER_ROOT_INDEX, PENDING_ROOT_INDEX
 from celery_outbox.sqlalchemy import metadata
+from celery_outbox.store.records import DEAD_LETTER_TABLE, OUTBOX_TABLE
+from celery_outbox.store.schema import LETTER_ROOT_INDEX, PENDING_ROOT_INDEX
 
 #: Expression indexes Django's migration 0011 builds on PostgreSQL, outside ``Meta.indexes``
-#: (``celery_outbox.root_indexes``; tests/django/test_admin_workflow_plans.py sees them built).
+#: (``celery_outbox.store.schema``; tests/django/admin/test_workflow_plans.py sees them built).
 _MIGRATION_INDEXES = {
     OUTBOX_TABLE: {PENDING_ROOT_INDEX: ((), False)},
     DEAD_LETTER_TABLE: {LETTER_ROOT_INDEX: ((), False)},

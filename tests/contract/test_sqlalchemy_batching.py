@@ -1,6 +1,7 @@
 """Batched dispatch through the SQLAlchemy store, on SQLite and PostgreSQL: a ``group(...)``
 of ``OutboxTask`` signatures in a bound session writes its rows with one ``INSERT``, in
-member order, in the session's transaction; the broker gets every message on commit."""
+member order, in the session's transaction; the broker gets every message on commit.
+"""
 
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def test_a_batch_whose_connection_died_raises_a_store_error_as_one_dispatch_does
     app: Celery, engine: Engine, queue_name: str
 ) -> None:
     """A caller that catches ``StoreError`` around its transaction (an outage) catches a
-    failed batch too: ``BatchWriteError`` is a ``StoreError`` naming the tasks."""
+    failed batch too: ``BatchWriteError`` is a ``StoreError`` naming the tasks.
+    """
     if engine.dialect.name != "postgresql":
         pytest.skip("SQLite has no server connection to end")
     t = app.tasks["sab.t"]

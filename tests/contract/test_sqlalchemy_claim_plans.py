@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 
-from celery_outbox.records import OUTBOX_TABLE
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
+from celery_outbox.store.records import OUTBOX_TABLE
 from tests.outbox_seed import pending_rows
 
 pytestmark = pytest.mark.postgres

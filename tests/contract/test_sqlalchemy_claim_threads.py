@@ -1,6 +1,7 @@
 """The SQLAlchemy store claims ahead on PostgreSQL only
-(:mod:`celery_outbox.sqlalchemy.claim_threads`); ``tests/integration/test_sweep.py``
-sweeps a real PostgreSQL backlog with it."""
+(:mod:`celery_outbox.sqlalchemy.store`); ``tests/integration/test_sweep.py``
+sweeps a real PostgreSQL backlog with it.
+"""
 
 from __future__ import annotations
 

@@ -20,8 +20,8 @@ pytest.importorskip("sqlalchemy")
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session
 
-from celery_outbox.records import NewMessage, StoredMessage
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, metadata
+from celery_outbox.store.records import NewMessage, StoredMessage
 from tests.contract.factories import NOW, new_message
 
 GRACE = timedelta(seconds=10)
@@ -34,7 +34,8 @@ def store(engine: Engine) -> SQLAlchemyOutboxStore:
 
 class Publisher:
     """A publish callback asking the store, after the commit, which rows it still holds,
-    and counting the statements that answer took."""
+    and counting the statements that answer took.
+    """
 
     def __init__(self, store: SQLAlchemyOutboxStore, engine: Engine) -> None:
         self.store, self.engine, self.statements, self.reads = store, engine, 0, -1

@@ -19,8 +19,8 @@ pytest.importorskip("sqlalchemy")
 from sqlalchemy import Engine, event, select
 from sqlalchemy.orm import Session
 
-from celery_outbox.records import NewMessage, StoredMessage
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
+from celery_outbox.store.records import NewMessage, StoredMessage
 from tests.contract.factories import LEASE, NOW, new_message
 
 OUTBOX = "celery_outbox_message"

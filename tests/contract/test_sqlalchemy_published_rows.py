@@ -1,7 +1,8 @@
 """The rows an atomic step published are deleted off the step's path (SQLAlchemy on
 PostgreSQL, a real Redis broker): the step's commit publishes its successor and hands the
 row's fenced ``DELETE`` to a thread of the process, which deletes it soon after; a delete
-that fails leaves the row leased for the sweeper and never raises into the step."""
+that fails leaves the row leased for the sweeper and never raises into the step.
+"""
 
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ from celery import Celery
 from sqlalchemy import Engine, event, select
 
 from celery_outbox import OutboxTask
-from celery_outbox.published_rows import PublishedRows, deferring
-from celery_outbox.records import Claim, StoredMessage
 from celery_outbox.registry import install_store
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
 from celery_outbox.state import reset
+from celery_outbox.store.published import PublishedRows, deferring
+from celery_outbox.store.records import Claim, StoredMessage
 from tests.brokers import delete_queue, take_task_ids
 from tests.contract.factories import LEASE, NOW, new_message
 from tests.worker import wait_for
@@ -93,7 +94,7 @@ def test_a_failed_delete_is_logged_and_never_raised(caplog: pytest.LogCaptureFix
 
     rows = PublishedRows(fail, flush_after=3600)  # the thread waits: flush by hand
     rows.defer([7], {7: datetime(2026, 1, 1)})
-    with caplog.at_level(logging.WARNING, logger="celery_outbox.published_rows"):
+    with caplog.at_level(logging.WARNING, logger="celery_outbox.store.published"):
         rows.flush()
     assert "1 published row(s) could not be deleted" in caplog.text
     rows.flush()  # nothing left: the sweeper has them once their lease ends

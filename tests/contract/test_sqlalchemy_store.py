@@ -23,7 +23,6 @@ from sqlalchemy.orm import (
 )
 
 from celery_outbox.exceptions import StoreError
-from celery_outbox.records import MessageStatus
 from celery_outbox.sqlalchemy import (
     PENDING_TASK_INDEX,
     SQLAlchemyOutboxStore,
@@ -31,6 +30,7 @@ from celery_outbox.sqlalchemy import (
     metadata,
     outbox_table,
 )
+from celery_outbox.store.records import MessageStatus
 from tests.contract.factories import FAR_FUTURE, LEASE, NOW, Calls, new_message, written
 
 

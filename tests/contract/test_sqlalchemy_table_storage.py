@@ -1,5 +1,6 @@
 """The SQLAlchemy store's outbox table leaves half of each page free on PostgreSQL, so a
-claim's lease is an update on the row's own page (``celery_outbox.table_storage``)."""
+claim's lease is an update on the row's own page (``celery_outbox.store.schema``).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
-from celery_outbox.table_storage import FILLFACTOR
+from celery_outbox.store.schema import FILLFACTOR
 from tests import table_pages
 
 pytestmark = pytest.mark.postgres

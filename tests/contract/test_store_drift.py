@@ -1,5 +1,6 @@
 """Where the stores used to disagree (issue 14 #6): what a ``failed`` row's due time is,
-and how rows deferred in one transaction are grouped into on-commit batches."""
+and how rows deferred in one transaction are grouped into on-commit batches.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import functools
 from collections.abc import Sequence
 from datetime import timedelta
 
-from celery_outbox.records import MessageStatus, StoredMessage
+from celery_outbox.store.records import MessageStatus, StoredMessage
 from tests.contract.factories import FAR_FUTURE, LEASE, NOW, Calls, new_message, written
 from tests.contract.harness import Harness
 

@@ -41,7 +41,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from celery_outbox.records import Claim, DeadLetterStatus, MessageStatus, NewMessage
+from celery_outbox.store.records import Claim, DeadLetterStatus, MessageStatus, NewMessage
 from tests.contract.factories import (
     FAR_FUTURE,
     NOW,
@@ -142,7 +142,8 @@ class StoreMachine(RuleBasedStateMachine):
     )
     def add(self, task_id: str, offset: int, how: str) -> None:
         """Dispatch (due now or a little earlier): committed, born leased to its on-commit
-        publisher, or rolled back (nothing written)."""
+        publisher, or rolled back (nothing written).
+        """
         if how == "rolled back":
             with rolled_back(self.harness.transaction):
                 self.store.add(new_message(task_id=task_id, available_at=self.now))
@@ -164,7 +165,8 @@ class StoreMachine(RuleBasedStateMachine):
     )
     def sweep(self, publisher: int, limit: int, outcome: str, retry_in: int) -> None:
         """A sweep's claim, finished at once, or held (``hold``) for a later :meth:`finish`
-        while time passes; a publisher's earlier claim is abandoned (it died)."""
+        while time passes; a publisher's earlier claim is abandoned (it died).
+        """
         lease_until = self.now + LEASE + timedelta(microseconds=publisher)
         claim = self.store.claim_due(
             now=self.now, created_before=FAR_FUTURE, limit=limit, lease_until=lease_until
@@ -216,7 +218,8 @@ class StoreMachine(RuleBasedStateMachine):
     )
     def finish(self, data: st.DataObject, outcome: str, retry_in: int) -> None:
         """A publisher's claim ends: published (rows deleted, or kept as ``published``),
-        or the publish failed (rows ``failed``, or pending again, due in ``retry_in``)."""
+        or the publish failed (rows ``failed``, or pending again, due in ``retry_in``).
+        """
         claim = self.claims.pop(data.draw(st.sampled_from(sorted(self.claims))))
         self._finish(claim, outcome, retry_in)
 
@@ -254,7 +257,8 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(seconds=st.integers(1, 15), to_lease_end=st.booleans())
     def tick(self, seconds: int, to_lease_end: bool) -> None:
         """Time passes: ``seconds``, or exactly to the next lease's end (the boundary
-        where a lease has expired), so due times and leases are reached."""
+        where a lease has expired), so due times and leases are reached.
+        """
         ends = [r.locked_until for r in self.rows.values() if r.locked_until is not None]
         later = sorted(end for end in ends if end > self.now)
         if to_lease_end and later:
@@ -266,7 +270,8 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(data=st.data(), failed=st.booleans())
     def reset(self, data: st.DataObject, failed: bool) -> None:
         """Publish now (a pending row) or retry (a failed one: ``failed`` picks one, if
-        any, so a retry beside a newer pending row of its task id is often tried)."""
+        any, so a retry beside a newer pending row of its task id is often tried).
+        """
         failures = [i for i, r in self.rows.items() if r.status is MessageStatus.FAILED]
         row_id = data.draw(st.sampled_from(sorted(failures if failed and failures else self.rows)))
         row = self.rows[row_id]
@@ -295,7 +300,8 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(data=st.data(), action=st.sampled_from(["write", "requeue", "discard"]))
     def dead_letter(self, data: st.DataObject, action: str) -> None:
         """Write a dead letter (also before the first requeue or discard), requeue one
-        (again too), or discard one."""
+        (again too), or discard one.
+        """
         if action == "write" or not self.letters:
             letter_id = self.store.add_dead_letter(new_dead_letter(failed_at=self.now))
             assert letter_id not in self.letters

@@ -1,13 +1,13 @@
 """``add(..., supersedes=...)``: a dispatch taking the place of the pending row of its id.
 
-The rule (:mod:`celery_outbox.superseding`) is the core's; every store must carry it out
+The rule (:mod:`celery_outbox.store.superseding`) is the core's; every store must carry it out
 the same way: offer the pending row, and only when it is accepted delete it (still
 pending) and insert the new row, in the caller's transaction.
 """
 
 from __future__ import annotations
 
-from celery_outbox.records import MessageStatus, StoredMessage
+from celery_outbox.store.records import MessageStatus, StoredMessage
 from tests.contract.factories import FAR_FUTURE, LEASE, NOW, new_message, rolled_back
 from tests.contract.harness import Harness
 

@@ -1,6 +1,7 @@
 """The sweep record on PostgreSQL, counted by the database itself: a skipped record leaves
 the row untouched (same version, no lock), and sweepers looping at once write it at most
-once per interval between them (a trigger counts every write)."""
+once per interval between them (a trigger counts every write).
+"""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from celery import Celery
 
 from celery_outbox.config import OutboxConfig
 from celery_outbox.registry import install_store
-from celery_outbox.relay import relay_for
-from celery_outbox.sweeper import Sweeper
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper
 from tests.contract.conftest import STORES
 from tests.contract.harness import DjangoHarness, Harness, SQLAlchemyHarness
 

@@ -1,4 +1,4 @@
-"""The store's part in waking the relay (``celery_outbox.wakeups``) on every store.
+"""The store's part in waking the relay (``celery_outbox.store.base``) on every store.
 
 ``next_due``: the earliest due time of a pending row after a given instant (the relay
 sleeps until then); ``listen_connector``: a connection to LISTEN on where the database
@@ -12,8 +12,8 @@ from datetime import timedelta
 
 import pytest
 
-from celery_outbox.records import Claim
-from celery_outbox.wakeups import CHANNEL
+from celery_outbox.store.base import CHANNEL
+from celery_outbox.store.records import Claim
 from tests.contract.factories import NOW, new_message
 from tests.contract.harness import Harness
 

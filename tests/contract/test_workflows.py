@@ -1,6 +1,7 @@
 """Workflows and chord joins: ``Workflow`` rows counted in the caller's transaction, chord
 joins counting header steps under a row lock, and dead letters failing (and requeues
-resuming) their workflow in the letter's own transaction."""
+resuming) their workflow in the letter's own transaction.
+"""
 
 from __future__ import annotations
 

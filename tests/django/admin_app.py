@@ -16,7 +16,7 @@ from celery import Celery
 
 from celery_outbox import OutboxTask
 from celery_outbox.clock import utcnow
-from celery_outbox.records import MessageStatus
+from celery_outbox.store.records import MessageStatus
 from tests.django.celery_app import RECORD, create_app
 
 if TYPE_CHECKING:
@@ -69,7 +69,8 @@ def make_letter(**fields: Any) -> Any:
 
 def pending_row(**fields: Any) -> OutboxMessage:
     """Save and return a ``pending`` outbox row of the ``record`` task, due now (JSON
-    payload, no retries yet); ``fields`` override."""
+    payload, no retries yet); ``fields`` override.
+    """
     from django_outbox.models import OutboxMessage
 
     values: dict[str, Any] = {

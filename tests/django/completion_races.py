@@ -1,6 +1,7 @@
 """Races of atomic runs beyond the contract, run on every Django database: PostgreSQL
 through pytest-django (``test_store_completions.py``), MariaDB and SQLite through
-``completions_client``."""
+``completions_client``.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def test_duplicates_waiting_on_a_run_that_rolls_back_never_fail(harness: Harness
 
 def duplicates_after_a_rollback(harness: Harness) -> tuple[list[bool], list[BaseException]]:
     """:data:`WAITING` duplicates wait on a run that rolls back; whether each ran, and the
-    errors any thread met."""
+    errors any thread met.
+    """
     tid = f"race-{uuid.uuid4()}"
     inside, release = threading.Event(), threading.Event()
     ran: list[bool] = []

@@ -33,7 +33,8 @@ from tests.django import completion_races  # noqa: E402
 
 def cases() -> Iterator[tuple[str, Callable[..., None], dict[str, Any]]]:
     """Every contract test, once per parameter value (only ``first_commits`` exists), and
-    the races of :mod:`tests.django.completion_races`."""
+    the races of :mod:`tests.django.completion_races`.
+    """
     tests = {**vars(contract), **vars(completion_races)}
     for name, test in tests.items():
         if not name.startswith("test_") or not callable(test):

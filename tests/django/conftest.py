@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_outbox.records import NewMessage
+from celery_outbox.store.records import NewMessage
 from tests.brokers import purge_queue
 from tests.django.celery_app import RECORD, create_app, runs
 from tests.django.helpers import database_url
@@ -119,7 +119,7 @@ def world(request: pytest.FixtureRequest, broker_url: str, world_output: Path) -
 
 def close_app(app: Celery) -> None:
     """Release the relay's broker connection and the app's pools."""
-    from celery_outbox.relay import relay_for
+    from celery_outbox.relay.relay import relay_for
 
     relay_for(app).close()
     app.close()

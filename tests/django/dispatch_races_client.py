@@ -23,8 +23,8 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from celery_outbox.pending_key import PENDING_TASK_INDEX  # noqa: E402
-from celery_outbox.records import OUTBOX_TABLE  # noqa: E402
+from celery_outbox.store.records import OUTBOX_TABLE  # noqa: E402
+from celery_outbox.store.schema import PENDING_TASK_INDEX  # noqa: E402
 from tests.contract import test_dispatch, test_dispatch_races, test_superseding  # noqa: E402
 from tests.contract.harness import DjangoHarness  # noqa: E402
 

@@ -61,7 +61,8 @@ def database_url(alias: str = "default") -> str:
 
 def new_savepoint(using: str | None = None) -> str:
     """``transaction.savepoint_create()`` (Django 6.1+; ``savepoint()`` is deprecated
-    there), else ``transaction.savepoint()``: the id of a new savepoint."""
+    there), else ``transaction.savepoint()``: the id of a new savepoint.
+    """
     from django.db import transaction
 
     create = getattr(transaction, "savepoint_create", None) or transaction.savepoint

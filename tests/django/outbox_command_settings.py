@@ -1,5 +1,6 @@
 """Settings of the ``outbox`` command subprocesses: the database from the environment
-(:mod:`tests.django.db_settings`) and the command's Celery app."""
+(:mod:`tests.django.db_settings`) and the command's Celery app.
+"""
 
 from __future__ import annotations
 

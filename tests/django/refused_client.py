@@ -43,7 +43,8 @@ def code_of(error: Any) -> Any:
 
 def refuse() -> None:
     """Run the vendor's refusing statement; on SQLite write a letter over its length
-    limit through the store (``SQLITE_LIMIT_LENGTH``, lowered on this connection)."""
+    limit through the store (``SQLITE_LIMIT_LENGTH``, lowered on this connection).
+    """
     if connection.vendor == "sqlite":
         connection.ensure_connection()
         connection.connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 10_000)

@@ -174,7 +174,8 @@ def options_changed(self: Task[Any, Any], key: str) -> None:
 
 def bare_retry(self: Task[Any, Any], key: str, wait: float) -> None:
     """Ask for a retry in ``wait`` seconds naming no error; then, in an ``except`` block,
-    for one more naming none (``max_retries=1``: that one is exhausted)."""
+    for one more naming none (``max_retries=1``: that one is exhausted).
+    """
     if log(self, key) == 1:
         raise self.retry(countdown=wait)
     try:

@@ -12,8 +12,8 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
 from celery_outbox import signals as core_signals
-from celery_outbox.records import DEAD_LETTER_TABLE, OUTBOX_TABLE, MessageStatus
 from celery_outbox.registry import store_for
+from celery_outbox.store.records import DEAD_LETTER_TABLE, OUTBOX_TABLE, MessageStatus
 from django_outbox import checks, signals
 from django_outbox.models import DeadLetter, OutboxMessage
 from django_outbox.settings import settings as outbox_settings
@@ -31,7 +31,7 @@ def test_ready_installs_the_orm_store_as_default() -> None:
 
 def test_canvas_warnings_follow_debug(settings: Any) -> None:
     # the app's ready() points the development warning at settings.DEBUG
-    from celery_outbox import canvas_warnings
+    from celery_outbox.workflows import checks as canvas_warnings
 
     settings.DEBUG = True
     assert canvas_warnings._enabled() is True

@@ -85,7 +85,8 @@ def run(
 
 def settled(run: Run) -> None:
     """Wait until the outbox is empty (every row published), then long enough for a
-    duplicate follow-up, were there one, to run."""
+    duplicate follow-up, were there one, to run.
+    """
     wait_for(lambda: not OutboxMessage.objects.exists(), timeout=15, what="an empty outbox")
     time.sleep(0.5)
 

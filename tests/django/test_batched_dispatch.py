@@ -1,6 +1,7 @@
 """Batched dispatch through the Django store: ``group(...)`` and ``batched_dispatch()`` write
 their rows with one ``INSERT``, the rows a one-by-one dispatch writes, and workers run every
-task. On PostgreSQL (with a real worker) and SQLite (``OUTBOX_TEST_DJANGO_DB=sqlite``)."""
+task. On PostgreSQL (with a real worker) and SQLite (``OUTBOX_TEST_DJANGO_DB=sqlite``).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from celery_outbox import BatchWriteError, PayloadError, batched_dispatch
-from celery_outbox.records import OUTBOX_TABLE
+from celery_outbox.store.records import OUTBOX_TABLE
 from django_outbox.models import OutboxMessage
 from tests.django.conftest import World
 from tests.django.helpers import postgres_only, rolled_back

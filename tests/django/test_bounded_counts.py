@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from django.db import connection
 
-from django_outbox.bounded_counts import (
+from django_outbox.admin.counts import (
     HOUR_SAMPLE,
     Count,
     bounded_count,

@@ -16,10 +16,10 @@ import pytest
 
 from celery_outbox.clock import utcnow
 from celery_outbox.registry import store_for
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
 from django_outbox.cancelling import cancel_messages
 from django_outbox.models import OutboxMessage
-from django_outbox.store.published import settle
+from django_outbox.store.transactions import settle
 from tests.django.conftest import World
 from tests.django.helpers import later, postgres_only
 from tests.worker import WorkerProcess, wait_for

@@ -1,6 +1,7 @@
 """``manage.py check`` in a fresh process, as a user runs it: a bad ``outbox_*`` setting is
 reported every time, whatever order Django runs its checks in (it once depended on
-whether something had read the Celery configuration first)."""
+whether something had read the Celery configuration first).
+"""
 
 from __future__ import annotations
 

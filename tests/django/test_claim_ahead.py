@@ -17,10 +17,11 @@ import pytest
 from django.db import connection, transaction
 
 from celery_outbox.config import OutboxConfig
-from celery_outbox.relay import Relay
-from celery_outbox.sweeper import Sweeper
+from celery_outbox.relay.relay import Relay
+from celery_outbox.relay.sweeper import Sweeper
 from django_outbox.models import OutboxMessage
-from django_outbox.store import DjangoOutboxStore, published
+from django_outbox.store import DjangoOutboxStore
+from django_outbox.store import transactions as published
 from tests.brokers import take_task_ids
 from tests.django.celery_app import create_app
 from tests.django.conftest import World

@@ -20,7 +20,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from celery_outbox.records import OUTBOX_TABLE
+from celery_outbox.store.records import OUTBOX_TABLE
 from tests.django.helpers import later
 from tests.outbox_seed import pending_rows
 

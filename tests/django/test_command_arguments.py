@@ -1,5 +1,6 @@
 """``manage.py outbox`` arguments out of range are errors naming the value and the range:
-never a traceback, never a silent clamp (issue 13 #8 and its low items), on real PostgreSQL."""
+never a traceback, never a silent clamp (issue 13 #8 and its low items), on real PostgreSQL.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from celery_outbox.records import DeadLetterStatus, MessageStatus
+from celery_outbox.store.records import DeadLetterStatus, MessageStatus
 from django_outbox.management.commands.outbox import Command
 from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage
 from tests.django.admin_app import APP_PATH, make_letter

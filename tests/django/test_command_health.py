@@ -1,6 +1,7 @@
 """``manage.py outbox health`` on real PostgreSQL: exit codes, one line per reason, the
 limits' defaults and bad values, and a database that cannot be reached (a subprocess,
-as a Kubernetes probe runs it)."""
+as a Kubernetes probe runs it).
+"""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from celery import Celery
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from celery_outbox.monitoring import SWEEP_NAME
-from celery_outbox.records import MessageStatus
 from celery_outbox.state import reset
+from celery_outbox.store.base import SWEEP_NAME
+from celery_outbox.store.records import MessageStatus
 from django_outbox.models import OutboxMessage, SweepRecord
 from django_outbox.store import DjangoOutboxStore
 from tests.django import outbox_command_app

@@ -1,5 +1,6 @@
 """Every Django and Celery internal in ``django_outbox._compat``, against the installed
-versions: when an upgrade changes one, this fails naming it (not production)."""
+versions: when an upgrade changes one, this fails naming it (not production).
+"""
 
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ def test_savepoint_rollbacks_still_run_through_the_execute_wrappers() -> None:
     rollbacks = [sql for sql in seen if sql.startswith("ROLLBACK TO SAVEPOINT")]
     assert len(rollbacks) == 2, (
         f"Django's savepoint rollbacks no longer go through connection.execute_wrappers in "
-        f"{VERSIONS} (django_outbox.store.commits would miss them): saw {seen}"
+        f"{VERSIONS} (django_outbox.store.transactions would miss them): saw {seen}"
     )
 
 

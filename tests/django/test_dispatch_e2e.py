@@ -19,12 +19,12 @@ from django.db import connections, transaction
 from django.db.models.signals import post_save
 from django.test.utils import CaptureQueriesContext
 
-from celery_outbox.records import MessageStatus
 from celery_outbox.state import reset
+from celery_outbox.store.records import MessageStatus
 from django_outbox.hooks import DispatchHook, dispatch_on
 from django_outbox.models import OutboxMessage
-from django_outbox.store.clocks import clock_of
-from django_outbox.store.published import settle
+from django_outbox.store.calls import clock_of
+from django_outbox.store.transactions import settle
 from tests.django.celery_app import create_app
 from tests.django.conftest import World, close_app
 from tests.django.helpers import database_url, postgres_only, rolled_back
@@ -170,7 +170,7 @@ def test_statements_on_commit_do_not_grow_with_the_rows(world: World, count: int
     on_commit = sql[last_insert + 1 :]
     # COMMIT; then the relay: the rows were born leased to it, so no claim, and the store
     # saw the commit write them (no savepoint rolled back): no read either; and their one
-    # DELETE runs on a thread of the process (django_outbox.store.published).
+    # DELETE runs on a thread of the process (django_outbox.store.transactions).
     assert [statement.split()[0] for statement in on_commit] == ["COMMIT"], on_commit
     assert settle()
     assert not OutboxMessage.objects.exists()

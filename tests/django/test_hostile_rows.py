@@ -19,7 +19,7 @@ import pytest
 from django.core.management import call_command
 from django.db import transaction
 
-from django_outbox import admin_actions
+from django_outbox.admin import actions as admin_actions
 from django_outbox.models import OutboxMessage
 from tests.django.admin_app import APP_PATH, dispatch_row
 from tests.hostile import pickle_row, zlib_bomb

@@ -1,6 +1,7 @@
 """The Django store's scrape over a million outbox rows on PostgreSQL reads only indexes:
 every statement of a scrape is EXPLAINed (issue 18; the SQLAlchemy store's:
-tests/integration/test_metrics_scale.py; the time: the ``scrape`` benchmark)."""
+tests/integration/test_metrics_scale.py; the time: the ``scrape`` benchmark).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from benchmarks.scrape import seed_statements
-from celery_outbox.records import DEAD_LETTER_TABLE, OUTBOX_TABLE, SWEEP_TABLE, WORKFLOW_TABLE
 from celery_outbox.registry import install_store
+from celery_outbox.store.records import DEAD_LETTER_TABLE, OUTBOX_TABLE, SWEEP_TABLE, WORKFLOW_TABLE
 from django_outbox.store import DjangoOutboxStore
 
 prometheus_client = pytest.importorskip("prometheus_client")

@@ -1,5 +1,6 @@
 """The metrics view (``django_outbox.urls``, ``metrics/``) through Django's test client on
-real PostgreSQL: who may read it, and the gauges after real dispatches and dead letters."""
+real PostgreSQL: who may read it, and the gauges after real dispatches and dead letters.
+"""
 
 from __future__ import annotations
 

@@ -21,9 +21,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import transaction
 
-from celery_outbox.envelope import build_message
-from celery_outbox.records import MessageStatus
+from celery_outbox.dispatch.envelope import build_message
 from celery_outbox.state import reset
+from celery_outbox.store.records import MessageStatus
 from django_outbox.management.outbox_commands import subcommands
 from django_outbox.models import CompletedTask, OutboxMessage
 from django_outbox.store import DjangoOutboxStore

@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 import redis
 
-from celery_outbox.escaping import ARGUMENTS_KEY, INCOMPLETE_KEY, LETTER_TEXT_CHARS
+from celery_outbox.dead_letters import ARGUMENTS_KEY, INCOMPLETE_KEY, LETTER_TEXT_CHARS
 from celery_outbox.long_text import LOG_LINE_CHARS
-from celery_outbox.records import DEAD_LETTER_TABLE
+from celery_outbox.store.records import DEAD_LETTER_TABLE
 from tests.brokers import delete_queue
 from tests.conftest import StartWorker
 from tests.django.conftest import close_app

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.http import QueryDict
 
-from django_outbox.letter_groups import LetterGroupKey
-from django_outbox.overview import duration_text, park_reason
+from django_outbox.admin.actions import LetterGroupKey
+from django_outbox.admin.overview import duration_text, park_reason
 
 
 @pytest.mark.parametrize(

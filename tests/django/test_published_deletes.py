@@ -1,7 +1,7 @@
 """A commit's published rows are deleted off the request's path (PostgreSQL, a real broker).
 
 The on-commit publish hands the rows' fenced ``DELETE`` to a thread of the process
-(:mod:`django_outbox.store.published`), which deletes the rows of the next commits with
+(:mod:`django_outbox.store.transactions`), which deletes the rows of the next commits with
 one statement on a connection of its own, and closes that connection once idle. The
 request's own connection runs no ``DELETE`` after its COMMIT.
 """
@@ -17,9 +17,9 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from celery_outbox.published_rows import FLUSH_AFTER, IDLE_AFTER
+from celery_outbox.store.published import FLUSH_AFTER, IDLE_AFTER
 from django_outbox.models import OutboxMessage
-from django_outbox.store import published
+from django_outbox.store import transactions as published
 from tests.brokers import take_task_ids
 from tests.django.conftest import World
 from tests.django.helpers import postgres_only
@@ -127,7 +127,7 @@ def test_a_delete_whose_connection_died_is_done_again_on_a_new_one(
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [flusher_pids[0]])
     wait_for(lambda: not connected(flusher_pids[0]), timeout=5, what="the terminated backend")
-    with caplog.at_level(logging.INFO, logger="django_outbox.store.published"):
+    with caplog.at_level(logging.INFO, logger="django_outbox.store.transactions"):
         with transaction.atomic():
             world.record.delay(2)
         assert published.settle()
@@ -139,7 +139,8 @@ def test_a_delete_whose_connection_died_is_done_again_on_a_new_one(
 @pytest.fixture
 def dying_deletes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every delete the thread runs finds its connection terminated (a database that
-    keeps restarting): a real connection error, each time."""
+    keeps restarting): a real connection error, each time.
+    """
     delete_leased = published.delete_leased
 
     def on_a_dead_connection(ids: Any, leases: Any, *, alias: str) -> int:
@@ -158,7 +159,7 @@ def test_a_delete_that_fails_twice_is_logged_and_leaves_the_row_leased_for_the_s
     world: World, dying_deletes: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     published.settle()
-    with caplog.at_level(logging.WARNING, logger="celery_outbox.published_rows"):
+    with caplog.at_level(logging.WARNING, logger="celery_outbox.store.published"):
         with transaction.atomic():
             second = world.record.delay(2).id
         wait_for(lambda: "could not be deleted" in caplog.text, timeout=10, what="the failure")

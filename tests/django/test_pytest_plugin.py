@@ -15,10 +15,9 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from celery_outbox import OutboxTask
-from celery_outbox.dispatches import DispatchState
 from celery_outbox.pytest_plugin import outbox
-from celery_outbox.recorder import OutboxRecorder
 from celery_outbox.state import reset
+from celery_outbox.testing.recorder import DispatchState, OutboxRecorder
 from django_outbox.models import OutboxMessage
 from tests.brokers import take_task_ids
 from tests.django.helpers import rolled_back

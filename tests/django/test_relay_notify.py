@@ -17,10 +17,10 @@ from django.db import connection, connections
 
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.envelope import build_message
-from celery_outbox.relay import Relay
-from celery_outbox.sweeper import Sweeper
-from celery_outbox.wakeups import CHANNEL, NOTIFY_TRIGGER
+from celery_outbox.dispatch.envelope import build_message
+from celery_outbox.relay.relay import Relay
+from celery_outbox.relay.sweeper import Sweeper
+from celery_outbox.store.base import CHANNEL, NOTIFY_TRIGGER
 from django_outbox.models import OutboxMessage
 from django_outbox.store import DjangoOutboxStore
 from tests.django.celery_app import RECORD, create_app

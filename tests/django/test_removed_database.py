@@ -24,11 +24,11 @@ from celery_outbox import install_store
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import StoreError
 from celery_outbox.health import check
-from celery_outbox.records import StoredMessage
-from celery_outbox.relay import relay_for
-from celery_outbox.storage import PublishCallback
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper
+from celery_outbox.store.base import PublishCallback
+from celery_outbox.store.records import StoredMessage
 from celery_outbox.sweep_task import sweep_app
-from celery_outbox.sweeper import Sweeper
 from django_outbox.models import OutboxMessage
 from django_outbox.store import DjangoOutboxStore
 from tests.brokers import take_task_ids

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from celery_outbox.records import DeadLetterStatus
+from celery_outbox.store.records import DeadLetterStatus
 from django_outbox.models import DeadLetter, OutboxMessage
 from tests.django.admin_app import APP_PATH, BASE_TIME, OTHER, make_letter
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from celery_outbox.escaping import escape_letter, minimal_letter
+from celery_outbox.dead_letters import escape_letter, minimal_letter
 from celery_outbox.exceptions import OutboxError, StoreDataError
-from celery_outbox.records import NewDeadLetter
+from celery_outbox.store.records import NewDeadLetter
 from django_outbox.dead_letters import requeue_letter
 from django_outbox.models import DeadLetter, OutboxMessage
 from tests.django.admin_app import APP_PATH, make_letter

@@ -1,5 +1,6 @@
 """A discard racing a bulk requeue on real PostgreSQL (issue 13 #10): a letter discarded
-meanwhile is reported skipped, never requeued with an empty task id, and dispatches nothing."""
+meanwhile is reported skipped, never requeued with an empty task id, and dispatches nothing.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from django.db import connection
 
 from celery_outbox import dead_letters as core
 from celery_outbox.exceptions import DeadLetterDiscarded
-from celery_outbox.records import DeadLetterStatus
 from celery_outbox.signals import dead_letter_requeued
+from celery_outbox.store.records import DeadLetterStatus
 from django_outbox.dead_letters import RequeueResult, requeue_letters
 from django_outbox.models import DeadLetter, OutboxMessage
 from tests.django import admin_app

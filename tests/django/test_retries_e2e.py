@@ -1,5 +1,6 @@
 """Retries that never sleep, parked waits and dead letters: real PostgreSQL, a real
-broker (Redis, then RabbitMQ) and a real worker (issue 5's acceptance)."""
+broker (Redis, then RabbitMQ) and a real worker (issue 5's acceptance).
+"""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from celery import Celery
 from kombu import Connection
 
 from celery_outbox.exceptions import OutboxConfigError
-from celery_outbox.records import MessageStatus
+from celery_outbox.store.records import MessageStatus
 from celery_outbox.sweep_task import sweep_app
 from celery_outbox.worker.republish import NO_ERROR_REASON, RETRY_REASON_HEADER
 from django_outbox.models import DeadLetter, OutboxMessage
-from django_outbox.store.published import settle
+from django_outbox.store.transactions import settle
 from tests.brokers import purge_queue
 from tests.django.conftest import close_app
 from tests.django.helpers import database_url, postgres_only
@@ -296,7 +297,8 @@ def test_a_retry_naming_no_error_says_so_and_one_in_an_except_names_that_error(
 ) -> None:
     """``self.retry()`` with no ``exc``: parked and logged without an error (never as
     ``RetriesExhausted``); in an ``except`` block, the handled error is the retry's, and
-    the dead letter's once retries are exhausted."""
+    the dead letter's once retries are exhausted.
+    """
     worker = run.start({"outbox_park_after": 1.0})  # no beat: it would outlive the test
     result = run.app.tasks["retry.bare"].delay("bare", PARKED_WAIT)
     run.wait_attempts("retry.bare", 1)

@@ -1,6 +1,7 @@
 """The migrated outbox table leaves half of each page free on PostgreSQL, so a claim's
-lease is an update on the row's own page (``celery_outbox.table_storage``, migration
-0012); other databases keep their defaults."""
+lease is an update on the row's own page (``celery_outbox.store.schema``, migration
+0012); other databases keep their defaults.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from celery_outbox.table_storage import FILLFACTOR
+from celery_outbox.store.schema import FILLFACTOR
 from django_outbox.store import DjangoOutboxStore
 from tests import table_pages
 

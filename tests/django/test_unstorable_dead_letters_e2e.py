@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from celery_outbox.records import DEAD_LETTER_TABLE
+from celery_outbox.store.records import DEAD_LETTER_TABLE
 from tests.conftest import StartWorker
 from tests.django.conftest import close_app
 from tests.django.retry_tasks import attempts, create_retry_app

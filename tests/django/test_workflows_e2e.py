@@ -2,7 +2,8 @@
 no result backend. A chain and a chord of atomic steps run each step once and their
 ``Workflow`` rows succeed; the chord's body gets the header's results in order; a
 dead-lettered step fails its workflow, its requeue resumes it, and the admin page lists
-the steps. Needs the workflow dispatch of the core (``celery_outbox.workflow_dispatch``)."""
+the steps. Needs the workflow dispatch of the core (``celery_outbox.workflows.dispatch``).
+"""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from django.test import Client
 from django.urls import reverse
 
 from celery_outbox.clock import utcnow
-from celery_outbox.workflows import StoredWorkflow
+from celery_outbox.store.base import StoredWorkflow
 from django_outbox.cancelling import cancel_messages
 from django_outbox.models import ChordJoin, CompletedTask, DeadLetter, OutboxMessage, Workflow
 from django_outbox.store import DjangoOutboxStore
@@ -41,7 +42,7 @@ from tests.django.workflow_tasks import (
 from tests.worker import SharedWorker, wait_for
 
 pytest.importorskip(
-    "celery_outbox.workflow_dispatch", reason="no workflow dispatch yet", exc_type=ImportError
+    "celery_outbox.workflows.dispatch", reason="no workflow dispatch yet", exc_type=ImportError
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]

@@ -18,7 +18,7 @@ from datetime import timedelta
 import pytest
 
 from celery_outbox.exceptions import StoreDataError
-from celery_outbox.workflows import JoinProgress, StoredWorkflow
+from celery_outbox.store.base import JoinProgress, StoredWorkflow
 from django_outbox.models import ChordJoin, CompletedTask
 from tests.contract.factories import NOW, new_dead_letter, new_message, rolled_back
 from tests.contract.harness import Harness
@@ -231,7 +231,8 @@ def test_done_joins_are_purged_oldest_first(harness: Harness) -> None:
 
 def race(harness: Harness, step: Callable[[int], object], count: int) -> list[object]:
     """Run ``step(n)`` for ``n`` in ``range(count)`` from threads, each in a transaction
-    held open :data:`HOLD` seconds after the step; what each returned, in ``n`` order."""
+    held open :data:`HOLD` seconds after the step; what each returned, in ``n`` order.
+    """
     start = threading.Barrier(count)
     results: list[object] = [None] * count
     errors: list[BaseException] = []

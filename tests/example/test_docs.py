@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from celery_outbox.config import DEFAULTS, RULES
-from celery_outbox.rules import Rule, Seconds
+from celery_outbox.config import DEFAULTS, RULES, Rule, Seconds
 from django_outbox.settings import PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[2]

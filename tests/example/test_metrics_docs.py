@@ -1,5 +1,6 @@
 """Every metric the code exposes is documented (docs/observability.md, "Metrics") and on
-the Grafana dashboard (docs/grafana/celery-outbox.json), and the docs name no other."""
+the Grafana dashboard (docs/grafana/celery-outbox.json), and the docs name no other.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ prometheus_client = pytest.importorskip("prometheus_client")
 
 from celery import Celery  # noqa: E402
 
-from celery_outbox import metric_counters  # noqa: E402
+from celery_outbox import metrics as metric_counters  # noqa: E402
 from celery_outbox.metrics import OutboxCollector  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -58,7 +58,7 @@ def test_plumbing_is_not_exported_but_still_importable() -> None:
         assert name not in celery_outbox.__all__
         assert callable(resolve(f"celery_outbox.registry.{name}"))
     assert "relay_for" not in celery_outbox.__all__
-    assert callable(resolve("celery_outbox.relay.relay_for"))
+    assert callable(resolve("celery_outbox.relay.relay.relay_for"))
     assert callable(resolve("celery_outbox.state.reset"))
 
 

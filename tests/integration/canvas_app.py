@@ -59,13 +59,15 @@ def create_app(
     @app.task(name=REPLACED_BY_GROUP, bind=True, shared=False)
     def replaced_by_group(self: Task, value: str) -> Any:
         """Replace itself with a group of two: Celery's chord body takes this task's id and
-        is sent by the last of the group, from that task's context."""
+        is sent by the last of the group, from that task's context.
+        """
         return self.replace(group(echo.si(f"{value}-a"), echo.si(f"{value}-b")))
 
     @app.task(name=REPLACED_BY_CHAIN, bind=True, shared=False)
     def replaced_by_chain(self: Task, value: str) -> Any:
         """Replace itself with a chain of two: the last step takes this task's id and is
-        sent by the first step, from that step's context."""
+        sent by the first step, from that step's context.
+        """
         return self.replace(echo.si(f"{value}-1") | echo.si(f"{value}-2"))
 
     @app.task(name=RESCHEDULED, bind=True, shared=False)

@@ -78,7 +78,8 @@ def fail_once(self: OutboxTask, n: int) -> int:
 
 def fail_once_late(self: OutboxTask, n: int) -> int:
     """:func:`fail_once`, failing only after the publisher removed the row it published
-    (a retry parked while that row is there rides on an ETA instead)."""
+    (a retry parked while that row is there rides on an ETA instead).
+    """
     if not self.request.retries:
         time.sleep(0.5)
     return fail_once(self, n)

@@ -104,7 +104,8 @@ def step(self: Task, done: list[str], key: str) -> list[str]:
 def _tally(follow: Task) -> Any:
     def tally(key: str, fail_first: bool = False) -> int:
         """Add one to ``key``'s count, dispatch its follow-up (both atomic with the task's
-        ``CompletedTask`` row); with ``fail_first``, the first attempt raises after both."""
+        ``CompletedTask`` row); with ``fail_first``, the first attempt raises after both.
+        """
         session = atomic_session()
         count = session.execute(select(tallies.c.count).where(tallies.c.key == key)).scalar()
         if count is None:

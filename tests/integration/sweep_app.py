@@ -19,8 +19,8 @@ from sqlalchemy.engine import make_url
 
 from celery_outbox import OutboxTask
 from celery_outbox.registry import install_store, store_for
-from celery_outbox.rows import message_columns
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, metadata, outbox_table
+from celery_outbox.store.records import message_columns
 from tests.messages import numbered
 
 #: The registered name of the task that records its runs.

@@ -1,5 +1,6 @@
 """Django settings of the beat tests' subprocesses: the outbox and django-celery-beat, on the
-database ``OUTBOX_DJANGO_DB_URL`` names (see :mod:`tests.django.db_settings`)."""
+database ``OUTBOX_DJANGO_DB_URL`` names (see :mod:`tests.django.db_settings`).
+"""
 
 from __future__ import annotations
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from celery_outbox.config import OutboxConfig
-from celery_outbox.records import Claim
-from celery_outbox.relay import relay_for
-from celery_outbox.sweeper import Sweeper, SweepReport
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper, SweepReport
+from celery_outbox.store.records import Claim
 from tests.integration.sweep_app import app
 
 

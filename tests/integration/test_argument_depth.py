@@ -22,8 +22,8 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.engine import make_url
 
 from celery_outbox import PayloadError
-from celery_outbox.limits import MAX_ARGUMENT_DEPTH
-from celery_outbox.relay import relay_for
+from celery_outbox.dispatch.validation import MAX_ARGUMENT_DEPTH
+from celery_outbox.relay.relay import relay_for
 from celery_outbox.sqlalchemy import outbox_table
 from tests.conftest import StartWorker
 from tests.integration.nesting_app import MEASURE, create_app, runs

@@ -30,13 +30,13 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from celery_outbox import broker
-from celery_outbox.broker import Deadline
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.relay import relay_for
+from celery_outbox.publishing import broker
+from celery_outbox.publishing.broker import Deadline
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, outbox_table
-from celery_outbox.sweeper import Sweeper
 from tests.conftest import StartWorker
 from tests.integration.sqlalchemy_app import RECORD, create_app, orders, runs
 from tests.stall_proxy import StallProxy

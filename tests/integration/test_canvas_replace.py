@@ -23,7 +23,7 @@ from celery import Celery
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
 from tests import services
 from tests.brokers import delete_queue, new_queue_name, purge_queue
@@ -58,7 +58,8 @@ class World:
         self, monkeypatch: pytest.MonkeyPatch, until: Callable[[list[dict[str, Any]]], bool]
     ) -> None:
         """Hold this process's publisher after its publish, before its DELETE, until
-        ``until(done)``: the published row stays ``pending`` while the worker runs it."""
+        ``until(done)``: the published row stays ``pending`` while the worker runs it.
+        """
         original = self.store.mark_published
 
         def held(*args: Any, **kwargs: Any) -> int:

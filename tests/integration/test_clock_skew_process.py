@@ -25,11 +25,11 @@ import pytest
 from celery import Celery
 from sqlalchemy.orm import Session
 
-from celery_outbox.envelope import build_message
-from celery_outbox.records import MessageStatus, StoredMessage
+from celery_outbox.dispatch.envelope import build_message
 from celery_outbox.registry import store_for
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
+from celery_outbox.store.records import MessageStatus, StoredMessage
 from tests import services
 from tests.integration.sweep_app import (
     RECORD,
@@ -73,7 +73,8 @@ def app(broker_url: str, broker_queue: str, postgres_database_url: str) -> Itera
 
 def commit_born_leased(app: Celery, count: int) -> list[StoredMessage]:
     """Rows as ``delay()`` writes them in a transaction, committed, their on-commit
-    publisher not run yet; their records, as that publisher holds them."""
+    publisher not run yet; their records, as that publisher holds them.
+    """
     store: SQLAlchemyOutboxStore = store_for(app)  # type: ignore[assignment]
     written = []
     with Session(store.engine) as session, session.begin(), store.bind_session(session):

@@ -23,9 +23,9 @@ from celery import Celery
 from kombu import Connection, Exchange, Queue
 
 from celery_outbox import OutboxTask
-from celery_outbox.broker import Confirms
-from celery_outbox.producers import Producers
-from celery_outbox.records import StoredMessage
+from celery_outbox.publishing.broker import Confirms
+from celery_outbox.publishing.producers import Producers
+from celery_outbox.store.records import StoredMessage
 from tests.brokers import delete_queue
 from tests.messages import NOW, stored
 from tests.stall_proxy import StallProxy

@@ -20,13 +20,13 @@ from sqlalchemy import insert, select
 
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.envelope import build_message
+from celery_outbox.dispatch.envelope import build_message
 from celery_outbox.registry import store_for
-from celery_outbox.relay import relay_for
-from celery_outbox.rows import message_columns
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper
 from celery_outbox.sqlalchemy import outbox_table
+from celery_outbox.store.records import message_columns
 from celery_outbox.sweep_task import SWEEP_TASK
-from celery_outbox.sweeper import Sweeper
 from tests.hostile import BOMB_BYTES, pickle_row, zlib_bomb
 from tests.integration.sweep_app import RECORD, create_app, create_tables, insert_committed_rows
 from tests.integration.sweep_support import drain_task_ids, queued_count

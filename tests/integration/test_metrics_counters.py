@@ -29,9 +29,9 @@ from sqlalchemy.orm import Session
 
 import celery_outbox.metrics  # noqa: F401 - this process counts from now on
 from celery_outbox.config import OutboxConfig
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table
-from celery_outbox.sweeper import Sweeper
 from tests import services
 from tests.brokers import purge_queue
 from tests.integration.metrics_app import (

@@ -23,9 +23,9 @@ from sqlalchemy import Engine, event, text
 
 from benchmarks.scrape import seed_statements
 from celery_outbox.metrics import OutboxCollector
-from celery_outbox.records import DEAD_LETTER_TABLE, OUTBOX_TABLE, SWEEP_TABLE, WORKFLOW_TABLE
 from celery_outbox.registry import install_store
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, metadata
+from celery_outbox.store.records import DEAD_LETTER_TABLE, OUTBOX_TABLE, SWEEP_TABLE, WORKFLOW_TABLE
 from tests.integration.sweep_app import engine_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]

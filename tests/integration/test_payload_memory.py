@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from celery_outbox.registry import store_for
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
 from celery_outbox.sqlalchemy import outbox_table
 from tests.integration.sweep_app import RECORD, create_app, create_tables
 from tests.integration.sweep_support import free_port, queued_count

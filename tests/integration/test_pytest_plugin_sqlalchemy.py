@@ -1,6 +1,7 @@
 """The pytest plugin's ``outbox`` fixture with the SQLAlchemy store on real PostgreSQL:
 the session's commits and rollbacks (savepoints too) decide what is kept, and ``drain()``
-runs the committed rows, or publishes them to a real broker."""
+runs the committed rows, or publishes them to a real broker.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +13,12 @@ from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from celery_outbox import OutboxTask, install_store
-from celery_outbox.dispatches import DispatchState
 from celery_outbox.pytest_plugin import outbox
-from celery_outbox.recorder import OutboxRecorder
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
 from celery_outbox.sqlalchemy import metadata as outbox_metadata
 from celery_outbox.sqlalchemy.tables import default_tables
 from celery_outbox.state import reset
+from celery_outbox.testing.recorder import DispatchState, OutboxRecorder
 from tests.brokers import take_task_ids
 
 __all__ = ["outbox"]  # the plugin's fixture, as a user gets it

@@ -23,14 +23,14 @@ from sqlalchemy import create_engine, text
 from celery_outbox import OutboxTask
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.envelope import build_message
-from celery_outbox.listener import Wakeups
-from celery_outbox.records import NewMessage
+from celery_outbox.dispatch.envelope import build_message
 from celery_outbox.registry import install_store, store_for
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.loop import Wakeups
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, metadata
-from celery_outbox.sweeper import Sweeper
-from celery_outbox.wakeups import CHANNEL
+from celery_outbox.store.base import CHANNEL
+from celery_outbox.store.records import NewMessage
 from tests.integration.sweep_app import RECORD, create_app, create_tables
 from tests.integration.sweep_support import drain_task_ids, free_port
 from tests.worker import wait_for
@@ -178,7 +178,7 @@ def test_the_relay_polls_when_it_cannot_listen(
     monkeypatch.setattr(
         store_for(app), "listen_connector", lambda using=None: unreachable.listen_connector()
     )
-    caplog.set_level(logging.WARNING, logger="celery_outbox.listener")
+    caplog.set_level(logging.WARNING, logger="celery_outbox.relay.loop")
     with RelayLoop(app, poll=0.1):
         store_for(app).add(message(app, "polled"))
         wait_for(lambda: pending(app) == 0, timeout=DEADLINE, what="a poll")

@@ -24,9 +24,9 @@ from sqlalchemy.orm import Session
 
 from celery_outbox.config import OutboxConfig
 from celery_outbox.dead_letters import requeue
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table
-from celery_outbox.sweeper import Sweeper
 from tests import services
 from tests.brokers import delete_queue, new_queue_name
 from tests.integration.retry_queue_app import (

@@ -23,9 +23,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from celery_outbox.config import OutboxConfig
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table
-from celery_outbox.sweeper import Sweeper
 from tests import services
 from tests.brokers import purge_queue
 from tests.integration.sqlalchemy_app import (

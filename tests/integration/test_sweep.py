@@ -24,11 +24,11 @@ from sqlalchemy.orm import Session
 
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.records import MessageStatus
 from celery_outbox.registry import store_for
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper, SweepReport
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore
-from celery_outbox.sweeper import Sweeper, SweepReport
+from celery_outbox.store.records import MessageStatus
 from tests.conftest import StartWorker
 from tests.integration.sweep_app import (
     RECORD,

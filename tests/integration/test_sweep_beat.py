@@ -21,9 +21,9 @@ from celery import Celery
 from sqlalchemy import insert
 
 from celery_outbox.clock import utcnow
-from celery_outbox.envelope import build_message
-from celery_outbox.rows import message_columns
+from celery_outbox.dispatch.envelope import build_message
 from celery_outbox.sqlalchemy import outbox_table
+from celery_outbox.store.records import message_columns
 from celery_outbox.sweep_task import BEAT_ENTRY, SWEEP_TASK
 from tests.conftest import StartWorker
 from tests.integration.sweep_app import create_tables, engine_for

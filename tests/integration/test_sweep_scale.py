@@ -17,10 +17,10 @@ from sqlalchemy import event, text
 
 from celery_outbox.clock import utcnow
 from celery_outbox.config import OutboxConfig
-from celery_outbox.records import MessageStatus
 from celery_outbox.registry import store_for
-from celery_outbox.relay import relay_for
-from celery_outbox.sweeper import Sweeper, SweepReport
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper, SweepReport
+from celery_outbox.store.records import MessageStatus
 from tests.integration.sweep_app import (
     conf_env,
     create_app,
@@ -116,7 +116,7 @@ def test_an_empty_sweep_over_a_million_kept_rows_uses_an_index(
 
     seen = _statements_of(engine, sweeper.sweep)
     # The first sweep also reads and writes the sweep record (one row, its own table).
-    # It reads the database's clock too (once per 30 s: celery_outbox.database_clock).
+    # It reads the database's clock too (once per 30 s: celery_outbox.clock).
     clock = [s for s in seen if s[0].startswith("SELECT now()")]
     statements = [s for s in seen if "celery_outbox_sweep" not in s[0] and s not in clock]
     assert len(seen) - len(statements) - len(clock) <= 2

@@ -32,9 +32,9 @@ from sqlalchemy.orm import Session
 from celery_outbox import tracing
 from celery_outbox.config import OutboxConfig
 from celery_outbox.dead_letters import requeue
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table
-from celery_outbox.sweeper import Sweeper
 from tests import services
 from tests.brokers import purge_queue
 from tests.integration.tracing_app import DEAD, ETA_RETRY, PARKED_RETRY, RECORD, create_app
@@ -59,7 +59,8 @@ class World:
 
     def dispatch(self, name: str, n: int) -> tuple[str, str]:
         """Dispatch ``name(n)`` in a committed transaction inside a ``request`` span;
-        ``(task id, the request's trace id)``."""
+        ``(task id, the request's trace id)``.
+        """
         task_id, request = self.dispatch_in_span(name, n)
         return task_id, hex_trace(request)
 

@@ -22,10 +22,10 @@ from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
 
 from celery_outbox import OutboxTask, tracing
-from celery_outbox.broker import Confirms
-from celery_outbox.producers import Producers
-from celery_outbox.records import NewMessage, StoredMessage
+from celery_outbox.publishing.broker import Confirms
+from celery_outbox.publishing.producers import Producers
 from celery_outbox.state import reset
+from celery_outbox.store.records import NewMessage, StoredMessage
 from tests.brokers import celery_queue
 from tests.messages import NOW, numbered
 from tests.spans import memory_exporter
@@ -163,7 +163,7 @@ def test_a_batch_whose_pipeline_fails_records_the_error_and_each_row_is_sent_aga
     if broker_url.startswith("redis"):  # the part's pipeline fails as it is sent
         from contextlib import contextmanager
 
-        from celery_outbox.redis_push import RedisPush
+        from celery_outbox.publishing.redis import RedisPush
 
         @contextmanager
         def lost(self: RedisPush) -> Iterator[None]:

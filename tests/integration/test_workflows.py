@@ -2,7 +2,8 @@
 on the SQLAlchemy store (real PostgreSQL), a real worker and Redis, with no result
 backend (and once with one): every step's effect once, chord bodies once with the
 header's results in order, ``Workflow`` rows counted in the steps' transactions, a
-dead-lettered step failing its workflow and its requeue resuming it."""
+dead-lettered step failing its workflow and its requeue resuming it.
+"""
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ from sqlalchemy.orm import Session
 from celery_outbox import cancel, requeue
 from celery_outbox.clock import utcnow
 from celery_outbox.exceptions import ChordTooLarge, DeadLetterCompleted
-from celery_outbox.records import DeadLetterStatus, NewDeadLetter
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table, outbox_table
-from celery_outbox.workflows import StoredWorkflow
+from celery_outbox.store.base import StoredWorkflow
+from celery_outbox.store.records import DeadLetterStatus, NewDeadLetter
 from tests import services
 from tests.brokers import purge_queue
 from tests.integration.workflow_app import (

@@ -79,7 +79,8 @@ def fail_once(self: OutboxTask, n: int) -> int:
 def fail_once_late(self: OutboxTask, n: int) -> int:
     """:func:`fail_once`, failing only after the publisher removed the row it published:
     a retry parked while that row is still there rides on an ETA instead (the row's task
-    id is taken), and this task is here to be parked."""
+    id is taken), and this task is here to be parked.
+    """
     if self.request.id not in _failed:
         time.sleep(0.5)
     return fail_once(self, n)

@@ -74,7 +74,8 @@ effect_table = Table(
 
 def create_chaos_tables(engine: Engine) -> None:
     """Create the outbox tables, the reliability tables and this scenario's, with both
-    counters at zero."""
+    counters at zero.
+    """
     create_tables(engine)
     chaos_metadata.create_all(engine)
     with engine.begin() as conn:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from celery import Celery
 from sqlalchemy import select, update
 
-from celery_outbox.records import MessageStatus
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, outbox_table
+from celery_outbox.store.records import MessageStatus
 from celery_outbox.sweep_task import sweep_app
 from tests.worker import WorkerProcess
 

@@ -14,8 +14,8 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from celery_outbox.records import MessageStatus
 from celery_outbox.sqlalchemy import outbox_table
+from celery_outbox.store.records import MessageStatus
 from tests.integration.sweep_support import queued_count
 from tests.reliability import ledger
 from tests.reliability.app import expected_table

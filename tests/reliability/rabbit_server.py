@@ -102,7 +102,8 @@ class ThrowawayRabbitMQ:
 
     def accepts(self) -> bool:
         """Whether the node completes an AMQP handshake now (its port can be open while
-        it boots, or restarts its listener after a crash, and still refuse one)."""
+        it boots, or restarts its listener after a crash, and still refuse one).
+        """
         try:
             with Connection(self.url, connect_timeout=2) as conn:
                 conn.connect()
@@ -112,7 +113,8 @@ class ThrowawayRabbitMQ:
 
     def stop(self, *, mode: StopMode = "terminate") -> None:
         """Stop the node: ``rabbitmqctl shutdown`` (``terminate``), or SIGKILL to its whole
-        process group (``kill``: a crash, nothing flushed that was not yet)."""
+        process group (``kill``: a crash, nothing flushed that was not yet).
+        """
         process, self._process = self._process, None
         if process is not None:
             if process.poll() is None and mode == "terminate":

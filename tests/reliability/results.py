@@ -45,7 +45,8 @@ def load(path: Path = RESULTS_PATH) -> dict[str, ScenarioResult]:
 
 def record(result: ScenarioResult, path: Path = RESULTS_PATH) -> None:
     """Add or replace ``result`` in the file (written atomically, under a lock: the suite
-    runs in several processes)."""
+    runs in several processes).
+    """
     with path.with_name(f".{path.name}.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         _record(result, path)

@@ -140,7 +140,8 @@ class SoakChaos:
 
     def supervise(self) -> None:
         """Restart a worker that exited or stalled with work left (not while the broker is
-        down: a worker only logs that it is ready once it reached the broker)."""
+        down: a worker only logs that it is ready once it reached the broker).
+        """
         if "sweeper" not in self._up_at and not self.sweeper.is_running():
             self.sweeper.start()  # it died of something else than the chaos
             self.done["sweeper_restarts_unplanned"] += 1

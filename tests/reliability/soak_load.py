@@ -67,7 +67,8 @@ class Load:
     def run(self, stop: threading.Event, *, every: float) -> None:
         """Rounds every ``every`` seconds until ``stop`` (a thread's target: the disturbances
         block the test's loop, starting a worker or a server, but not the load). An
-        unexpected error ends it and is kept in :attr:`error`."""
+        unexpected error ends it and is kept in :attr:`error`.
+        """
         try:
             while not stop.is_set():
                 self.step()

@@ -19,8 +19,8 @@ from typing import Any
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from celery_outbox.records import MessageStatus
 from celery_outbox.sqlalchemy import completed_table, dead_letter_table, outbox_table
+from celery_outbox.store.records import MessageStatus
 from tests.reliability import ledger
 from tests.reliability.atomic_app import ATOMIC_ADD, ATOMIC_FOLLOW, counter, effects
 from tests.reliability.harness import ScenarioEnv, expected_keys, pending_rows
@@ -127,7 +127,8 @@ def republish_missing(engine: Engine, found: SoakCount) -> int:
     """Make the published rows of what never ran pending again (not those of dead letters:
     nothing runs them again but an operator's requeue); how many. One row per task, its
     newest: a task retried has several published rows, and a task id has at most one
-    pending row."""
+    pending row.
+    """
     c = outbox_table.c
     published = c.status == MessageStatus.PUBLISHED.value
     not_done = c.task_id.in_(sorted(found.plain.lost)) | (

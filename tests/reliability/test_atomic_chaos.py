@@ -31,7 +31,7 @@ import redis
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from celery_outbox.records import MessageStatus
+from celery_outbox.store.records import MessageStatus
 from tests.conftest import StartWorker
 from tests.reliability import ledger
 from tests.reliability.atomic_app import (
@@ -71,7 +71,8 @@ def _wait_quiet(
     """Sweep (no more kills) until nothing is pending, ``progress`` stood still and every
     effect is in (``complete``), or :data:`DRAIN_TIMEOUT` passed: on a loaded machine a
     message a killed child left may come back only after a backoff (an ETA the worker
-    holds, invisible to the queue and the table), which is late, not lost."""
+    holds, invisible to the queue and the table), which is late, not lost.
+    """
     deadline = time.monotonic() + DRAIN_TIMEOUT
     last, since = progress(), time.monotonic()
     while time.monotonic() < deadline:
@@ -187,7 +188,8 @@ def _record(
     record_result: RecordResult,
 ) -> tuple[int, int, set[str], int, set[str]]:
     """Count ``variant``'s effects, record them for docs/reliability.md, and return
-    ``(counter, parent rows, parent keys, follow-up rows, follow-up keys)``."""
+    ``(counter, parent rows, parent keys, follow-up rows, follow-up keys)``.
+    """
     total = counter(engine, variant)
     adds, add_keys = effects(engine, f"{variant}-add")
     follows, follow_keys = effects(engine, f"{variant}-follow")

@@ -33,9 +33,9 @@ from celery_outbox import (
     install_store,
     requeue,
 )
-from celery_outbox.records import StoredMessage
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, dead_letter_table, outbox_table
-from celery_outbox.storage import PublishCallback
+from celery_outbox.store.base import PublishCallback
+from celery_outbox.store.records import StoredMessage
 from celery_outbox.sweep_task import sweep_app
 from tests.brokers import celery_queue
 from tests.reliability.app import RECORD, create_app, create_tables, expected_table
@@ -409,7 +409,8 @@ def old_record(key: str, version: int) -> None:
 
 def _old_version(outbox: Outbox) -> Celery:
     """An app of the previous deploy: ``record`` took ``version`` too, and
-    ``record_v1`` was its name before a rename; same broker, queue and store."""
+    ``record_v1`` was its name before a rename; same broker, queue and store.
+    """
     app = Celery("reliability-old", broker=outbox.env.broker, set_as_current=False)
     app.conf.update(task_default_queue=outbox.env.queue, task_ignore_result=True)
     app.task(name=RECORD, base=OutboxTask, shared=False)(old_record)

@@ -1,7 +1,7 @@
 """RabbitMQ killed while a part of rows waits for its publisher confirms.
 
 On RabbitMQ the relay writes a whole part on the confirm channel, then waits once for the
-confirms (:class:`~celery_outbox.broker.Confirms`). Here the broker, a throwaway node
+confirms (:class:`~celery_outbox.publishing.broker.Confirms`). Here the broker, a throwaway node
 (:mod:`tests.reliability.rabbit_server`; the shared one is never stopped), is SIGKILLed
 as that wait starts. The rows whose messages the broker confirmed before it died are
 reported published; the others are failed (they stay pending for the sweeper): the
@@ -22,9 +22,9 @@ from celery import Celery
 from kombu import Connection
 
 from celery_outbox import OutboxTask
-from celery_outbox.broker import Confirms, Deadline
-from celery_outbox.producers import Producers, Sent
-from celery_outbox.records import StoredMessage
+from celery_outbox.publishing.broker import Confirms, Deadline
+from celery_outbox.publishing.producers import Producers, Sent
+from celery_outbox.store.records import StoredMessage
 from tests.messages import NOW, stored
 from tests.reliability.rabbit_server import ThrowawayRabbitMQ
 from tests.worker import wait_for
@@ -56,7 +56,8 @@ def crash_during_the_wait(
     sender: Producers, node: ThrowawayRabbitMQ, rows: list[StoredMessage]
 ) -> tuple[Sent, float, list[float]]:
     """Send ``rows`` as one part, SIGKILLing ``node`` as the wait for their confirms
-    starts: what was sent, the seconds it took, and how long each kill took."""
+    starts: what was sent, the seconds it took, and how long each kill took.
+    """
     killing: list[float] = []
     wait = Confirms.wait
 

@@ -16,8 +16,8 @@ every committed dispatch must run (duplicates, from redeliveries of unacknowledg
 messages, are counted, not failed).
 
 Every ``COMMIT`` (with its on-commit publish) is timed, and so is each of its sends to the
-broker (:meth:`~celery_outbox.producers.Producers.send`) and every message the broker
-accepted (:meth:`~celery_outbox.broker.Deadline.progressed`). A send waits for a broker
+broker (:meth:`~celery_outbox.publishing.producers.Producers.send`) and every message the broker
+accepted (:meth:`~celery_outbox.publishing.broker.Deadline.progressed`). A send waits for a broker
 that is down or stalls at most ``outbox_publish_timeout`` after the last message it
 accepted (a broker that keeps accepting, slowly, is never cut): that wait must stay within
 the setting, give or take the longest plain database ``COMMIT`` of the run (timed
@@ -41,8 +41,8 @@ from celery import Celery
 from sqlalchemy import Column, Integer, MetaData, Table, func, insert, select
 from sqlalchemy.orm import Session
 
-from celery_outbox import broker
-from celery_outbox.producers import Producers
+from celery_outbox.publishing import broker
+from celery_outbox.publishing.producers import Producers
 from celery_outbox.sqlalchemy import SQLAlchemyOutboxStore, outbox_table
 from tests.conftest import StartWorker
 from tests.reliability.app import FLAKY, RECORD, create_app, create_tables, expected_table
@@ -221,7 +221,8 @@ def _record_broker_waits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> tuple[list[float], list[tuple[float, float]]]:
     """When (monotonic) each message the broker accepted in this process was accepted, and
-    when each send to the broker started and ended."""
+    when each send to the broker started and ended.
+    """
     accepted: list[float] = []
     sends: list[tuple[float, float]] = []
     progressed, send = broker.Deadline.progressed, Producers.send
@@ -244,7 +245,8 @@ def _record_broker_waits(
 
 def _wait_after_accepted(started: float, ended: float, accepted: list[float]) -> float:
     """Seconds from the last message accepted between ``started`` and ``ended`` (or from
-    ``started``) to ``ended``."""
+    ``started``) to ``ended``.
+    """
     return ended - max([started, *(t for t in accepted if started <= t <= ended)])
 
 
@@ -256,7 +258,8 @@ def _commit_batch(
     app: Celery, store: SQLAlchemyOutboxStore, number: int
 ) -> tuple[float, float, bool]:
     """Commit one batch of dispatches; when its ``COMMIT`` (and publish) started and ended,
-    and whether the on-commit publish got them all to the broker (no row left to sweep)."""
+    and whether the on-commit publish got them all to the broker (no row left to sweep).
+    """
     keys = [f"{kind}{number}-{i}" for kind, i in _keys()]
     with Session(store.engine) as session:
         with session.begin(), store.bind_session(session):

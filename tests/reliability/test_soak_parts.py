@@ -1,6 +1,7 @@
 """The pure parts of the chaos soak (``test_soak.py``): its duration setting, the kinds of
 its keys, what its workflows must record, and which rows its drain republishes (on
-SQLite). Seconds, no services."""
+SQLite). Seconds, no services.
+"""
 
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def test_canvases_record_the_expected_keys(tmp_path: Path) -> None:
 
 def test_a_lost_task_retried_before_is_republished_once_its_newest_row(tmp_path: Path) -> None:
     """A lost ``flaky`` task has a published row per attempt; only its newest is made
-    pending again (a task id has one pending row: CI's soak once died on the second)."""
+    pending again (a task id has one pending row: CI's soak once died on the second).
+    """
     _app, store = create_soak_app(
         broker="memory://",
         db_url=f"sqlite:///{tmp_path / 'soak.db'}",

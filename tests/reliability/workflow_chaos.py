@@ -22,8 +22,8 @@ from typing import Any
 import redis
 from sqlalchemy import Engine, func, select, update
 
-from celery_outbox.records import MessageStatus
 from celery_outbox.sqlalchemy import completed_table, outbox_table, workflow_table
+from celery_outbox.store.records import MessageStatus
 from tests.reliability.chaos import Chaos
 from tests.reliability.harness import Supervisor, pending_rows
 from tests.reliability.workflow_chaos_app import plain_run_table, run_table
@@ -131,7 +131,8 @@ def republish_stalled(engine: Engine) -> int:
 @dataclass(frozen=True)
 class Outcome:
     """How the run ended: messages lost past the broker (republished), a timeout, and
-    when (``time.monotonic()``) every outbox workflow had succeeded (0.0: never)."""
+    when (``time.monotonic()``) every outbox workflow had succeeded (0.0: never).
+    """
 
     lost_past_broker: int
     timed_out: bool
@@ -153,7 +154,8 @@ def run_to_the_end(
     the plain variant went quiet (nothing queued or unacknowledged, no new run for
     :data:`QUIET` s), or ``timeout``, or the outbox went quiet with a workflow failed.
     An outbox that went quiet unfinished has lost a message past the broker: its
-    stalled rows are republished (and counted)."""
+    stalled rows are republished (and counted).
+    """
     deadline = time.monotonic() + timeout
     lost_past_broker, outbox_done_at = 0, 0.0
     last: dict[str, int] = {}

@@ -108,7 +108,8 @@ def tally(expect: dict[str, Any], runs: Iterable[tuple[str, Any]]) -> WorkflowTa
 
 def bodies_lost_after_a_duplicate(prefix: str, runs: Iterable[tuple[str, Any]]) -> int:
     """Chord bodies that never ran although a header step of theirs ran twice (how a
-    backend's chord counter overshoots and never meets the header's size)."""
+    backend's chord counter overshoots and never meets the header's size).
+    """
     seen = Counter(key for key, _value in runs)
     return sum(
         1

@@ -1,6 +1,7 @@
 """Cancelling on any store (:mod:`celery_outbox.cancelling`): the rows go and their
 workflow closes in the caller's transaction, the revoke follows the commit, and a broker
-that is down never fails the cancel."""
+that is down never fails the cancel.
+"""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ its real step count (``Workflow.steps_total``): on the in-memory store and on th
 SQLAlchemy store (SQLite), over the in-memory broker with no result backend.
 
 The expected counts are written by hand: the number of tasks the canvas runs, each
-chord's body once, whatever Celery carries in its ``chain`` and ``chord`` options."""
+chord's body once, whatever Celery carries in its ``chain`` and ``chord`` options.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from celery.result import AsyncResult
 from celery_outbox import OutboxTask
 from celery_outbox.registry import install_store
 from celery_outbox.state import reset
-from celery_outbox.storage import OutboxStore
+from celery_outbox.store.base import OutboxStore
 from celery_outbox.testing import InMemoryOutboxStore
 
 

@@ -1,6 +1,7 @@
 """Writing and requeuing dead letters in the core (:mod:`celery_outbox.dead_letters`),
 over the in-memory store and broker. Every store's side of requeue and discard is held
-to the contract in ``tests/contract/test_dead_letters.py``."""
+to the contract in ``tests/contract/test_dead_letters.py``.
+"""
 
 from __future__ import annotations
 
@@ -20,15 +21,16 @@ from celery_outbox.dead_letters import (
     as_json,
     build_dead_letter,
     discard,
+    escape_letter,
     exception_path,
+    minimal_letter,
     requeue,
 )
-from celery_outbox.escaping import escape_letter, minimal_letter
 from celery_outbox.exceptions import OutboxError
-from celery_outbox.records import DeadLetterStatus, NewDeadLetter
 from celery_outbox.registry import install_store
 from celery_outbox.signals import dead_letter_requeued
 from celery_outbox.state import reset
+from celery_outbox.store.records import DeadLetterStatus, NewDeadLetter
 from celery_outbox.testing import InMemoryOutboxStore
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -235,8 +237,7 @@ def test_discard_marks_a_dead_letter_once(app: Celery, store: InMemoryOutboxStor
 def test_a_huge_exception_makes_a_bounded_letter_saying_what_was_cut() -> None:
     from datetime import datetime, timezone
 
-    from celery_outbox.dead_letters import build_dead_letter
-    from celery_outbox.escaping import LETTER_TEXT_CHARS
+    from celery_outbox.dead_letters import LETTER_TEXT_CHARS, build_dead_letter
 
     now = datetime.now(timezone.utc)
     try:

@@ -11,11 +11,11 @@ from celery import Celery
 
 from celery_outbox import OutboxTask, StoreError
 from celery_outbox.config import OutboxConfig
-from celery_outbox.envelope import build_message
+from celery_outbox.dispatch.envelope import build_message
 from celery_outbox.health import HealthLimits, check
-from celery_outbox.monitoring import Backlog
-from celery_outbox.records import MessageStatus
 from celery_outbox.registry import install_store
+from celery_outbox.store.base import Backlog
+from celery_outbox.store.records import MessageStatus
 from celery_outbox.testing import InMemoryOutboxStore
 
 START = datetime(2030, 1, 1, tzinfo=timezone.utc)

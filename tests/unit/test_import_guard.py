@@ -15,7 +15,7 @@ WITHOUT_DJANGO = (
     "import sys; sys.modules['django'] = None; sys.modules['sqlalchemy'] = None; "
     "import celery_outbox; "
     # the pytest plugin loads in every pytest run of a project with celery-outbox installed
-    "import celery_outbox.pytest_plugin, celery_outbox.recorder"
+    "import celery_outbox.pytest_plugin, celery_outbox.testing.recorder"
 )
 
 
@@ -23,7 +23,7 @@ WITHOUT_DJANGO = (
 #: ``prometheus`` extra): the metrics module alone needs it, and says how to get it.
 WITHOUT_PROMETHEUS = (
     "import sys; sys.modules['prometheus_client'] = None; "
-    "import celery_outbox, celery_outbox.relay, celery_outbox.worker.republish; "
+    "import celery_outbox, celery_outbox.relay.relay, celery_outbox.worker.republish; "
     "import celery_outbox.metrics"
 )
 

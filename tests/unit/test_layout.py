@@ -1,6 +1,7 @@
 """The unit tests mirror the package: each module of ``celery_outbox`` with logic has a
 ``tests/unit/.../test_<module>.py`` at the same place (``celery_outbox/worker/policy.py``:
-``tests/unit/worker/test_policy.py``), unless it is on :data:`NO_UNIT_MODULE` below."""
+``tests/unit/worker/test_policy.py``), unless it is on :data:`NO_UNIT_MODULE` below.
+"""
 
 from __future__ import annotations
 
@@ -14,46 +15,52 @@ UNIT = REPO_ROOT / "tests" / "unit"
 #: Modules without a unit test module of their own, each with the reason. Keep it short:
 #: a module with logic gets tests/unit/.../test_<name>.py instead.
 NO_UNIT_MODULE: dict[str, str] = {
-    # Pure declarations: no logic to test on their own.
     "__init__.py": "re-exports (tests/example/test_public_api.py checks __all__)",
-    "worker/__init__.py": "package marker",
-    "sqlalchemy/__init__.py": "re-exports",
+    "dispatch/__init__.py": "package: re-exports",
     "exceptions.py": "the exception classes",
+    "publishing/__init__.py": "package: re-exports",
+    "relay/__init__.py": "package: re-exports",
     "signals.py": "the signal objects",
-    "clock.py": "utcnow(), one line",
-    "table_storage.py": "DDL strings: tests/django/test_table_storage.py and "
-    "tests/contract/test_sqlalchemy_table_storage.py see them applied",
-    # The in-memory store, one of the stores the contract suite (tests/contract) runs.
-    "testing.py": "InMemoryOutboxStore: held to the store contract by tests/contract",
-    "memory_letters.py": "its dead letters: tests/contract/test_dead_letters.py",
-    "memory_completions.py": "its CompletedTask rows: tests/contract/test_completions.py",
-    "memory_monitoring.py": "its backlog and sweep record: tests/contract/test_monitoring.py",
-    "monitoring.py": "the MonitoredStore contract: tests/contract/test_monitoring.py",
-    "sqlalchemy/monitoring.py": "tests/contract/test_monitoring.py (every dialect)",
-    "completions.py": "the CompletionStore contract: tests/contract/test_completions.py",
-    "sqlalchemy/completions.py": "tests/contract/test_completions.py",
-    "memory_transactions.py": "its transactions and on-commit: tests/contract",
-    "memory_workflows.py": "its workflows and chord joins: tests/contract/test_workflows.py",
-    "workflows.py": "the WorkflowStore contract: tests/contract/test_workflows.py",
-    "wakeups.py": "the WakeupStore contract: tests/contract/test_wakeups.py",
-    "sqlalchemy/wakeups.py": "tests/contract/test_wakeups.py, integration/test_relay_notify.py",
-    "sqlalchemy/workflows.py": "tests/contract/test_workflows.py (every dialect, concurrency)",
-    # The SQLAlchemy store, held to the same contract on PostgreSQL, MySQL and SQLite.
-    "sqlalchemy/boundary.py": "driver errors of the SQLAlchemy store: tests/contract",
-    "sqlalchemy/counting.py": "tests/contract/test_bounded_counts.py (every dialect)",
-    "sqlalchemy/claims.py": "tests/contract/test_claims.py, test_claim_budget.py",
-    "sqlalchemy/inserts.py": "tests/contract/test_dispatch.py, test_superseding.py",
-    "sqlalchemy/bulk.py": "tests/contract/test_add_many.py (every dialect)",
-    "sqlalchemy/claim_threads.py": "contract/test_sqlalchemy_claim_threads.py, integration",
-    "bulk_store.py": "the BulkStore contract: tests/contract/test_add_many.py",
-    "sqlalchemy/last_writes.py": "tests/contract/test_sqlalchemy_last_writes.py",
-    "published_rows.py": "test_sqlalchemy_published_rows.py, django/test_published_deletes.py",
+    "sqlalchemy/__init__.py": "re-exports",
+    "sqlalchemy/completions.py": (
+        "tests/contract/test_completions.py; tests/contract/test_sqlalchemy_last_writes.py"
+    ),
     "sqlalchemy/letters.py": "tests/contract/test_dead_letters.py",
-    "sqlalchemy/statements.py": "tests/contract (every statement, every dialect)",
-    "sqlalchemy/store.py": "tests/contract/test_sqlalchemy_store.py and the contract",
+    "sqlalchemy/monitoring.py": (
+        "tests/contract/test_monitoring.py (every dialect); "
+        "tests/contract/test_bounded_counts.py (every dialect)"
+    ),
+    "sqlalchemy/statements.py": (
+        "tests/contract (every statement, every dialect); "
+        "tests/contract/test_claims.py, test_claim_budget.py; "
+        "tests/contract/test_dispatch.py, test_superseding.py"
+    ),
+    "sqlalchemy/store.py": (
+        "tests/contract/test_sqlalchemy_store.py and the contract; "
+        "tests/contract/test_add_many.py (every dialect); "
+        "contract/test_sqlalchemy_claim_threads.py, integration; "
+        "tests/contract/test_wakeups.py, integration/test_relay_notify.py"
+    ),
     "sqlalchemy/tables.py": "tests/contract/test_schema_parity.py",
     "sqlalchemy/transactions.py": "tests/contract (rollbacks, savepoints, on-commit)",
-    "sqlalchemy/types.py": "tests/contract (aware datetimes and JSON on every dialect)",
+    "sqlalchemy/types.py": (
+        "tests/contract (aware datetimes and JSON on every dialect); driver "
+        "errors of the SQLAlchemy store: tests/contract"
+    ),
+    "sqlalchemy/workflows.py": "tests/contract/test_workflows.py (every dialect, concurrency)",
+    "store/__init__.py": "package: re-exports",
+    "store/published.py": "test_sqlalchemy_published_rows.py, django/test_published_deletes.py",
+    "testing/__init__.py": "package: re-exports",
+    "testing/memory.py": (
+        "InMemoryOutboxStore: held to the store contract by tests/contract; its"
+        " CompletedTask rows: tests/contract/test_completions.py; its dead "
+        "letters: tests/contract/test_dead_letters.py; its backlog and sweep "
+        "record: tests/contract/test_monitoring.py; its transactions and on-"
+        "commit: tests/contract; its workflows and chord joins: "
+        "tests/contract/test_workflows.py"
+    ),
+    "worker/__init__.py": "package marker",
+    "workflows/__init__.py": "package: re-exports",
 }
 
 

@@ -1,5 +1,6 @@
 """Long text cut to a budget: the note says what was cut, and every celery-outbox log line
-(message, traceback, chained exceptions) stays within its budgets (issue 43)."""
+(message, traceback, chained exceptions) stays within its budgets (issue 43).
+"""
 
 from __future__ import annotations
 

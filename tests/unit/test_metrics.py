@@ -1,5 +1,6 @@
 """``celery_outbox.metrics``: what a scrape yields when the store fails, registering
-without a read, several databases (the in-memory store; every store: tests/contract)."""
+without a read, several databases (the in-memory store; every store: tests/contract).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 from celery import Celery
 
 from celery_outbox.exceptions import StoreError
-from celery_outbox.monitoring import Backlog, LastSweep
 from celery_outbox.registry import install_store
+from celery_outbox.store.base import Backlog, LastSweep
 from celery_outbox.testing import InMemoryOutboxStore
 from tests.contract.factories import FAR_FUTURE, new_message
 

@@ -1,6 +1,7 @@
 """The pytest plugin (:mod:`celery_outbox.pytest_plugin`) as users load it: a pytest run in
 a subprocess with ``-p celery_outbox.pytest_plugin`` (what the ``pytest11`` entry point
-does once the package is installed), over the in-memory store and broker."""
+does once the package is installed), over the in-memory store and broker.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Where an app's store comes from and the ``outbox_store`` factory protocol (what
-``reset`` forgets: ``test_state.py``)."""
+``reset`` forgets: ``test_state.py``).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from celery import Celery
 from celery_outbox import OutboxConfigError
 from celery_outbox.exceptions import NoStoreConfigured
 from celery_outbox.registry import install_store, load_store, store_for
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
 from celery_outbox.state import default_store, reset, set_default_store
 from celery_outbox.testing import InMemoryOutboxStore
 from tests.unit.store_factories import AppStore
@@ -120,7 +121,7 @@ def test_relay_for_under_its_old_name_still_works_and_warns_once() -> None:
     from celery_outbox import registry
 
     registry._warned.clear()
-    with pytest.warns(DeprecationWarning, match="moved to celery_outbox.relay.relay_for"):
+    with pytest.warns(DeprecationWarning, match="moved to celery_outbox.relay.relay.relay_for"):
         old = registry.relay_for
     assert old is relay_for
     with warnings.catch_warnings():

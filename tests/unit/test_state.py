@@ -1,5 +1,6 @@
 """What the outbox holds for each app (:mod:`celery_outbox.state`): one state per app,
-created once, forgotten by ``reset`` (closing the relay) while the default store stays."""
+created once, forgotten by ``reset`` (closing the relay) while the default store stays.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from celery import Celery
 
 from celery_outbox import OutboxConfig, state
 from celery_outbox.registry import install_store
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
 from celery_outbox.state import AppState, default_store, reset, set_default_store, state_of
 from celery_outbox.testing import InMemoryOutboxStore
 

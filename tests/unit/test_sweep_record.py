@@ -11,10 +11,10 @@ from celery import Celery
 
 from celery_outbox import OutboxTask, StoreError
 from celery_outbox.config import OutboxConfig
-from celery_outbox.envelope import build_message
+from celery_outbox.dispatch.envelope import build_message
 from celery_outbox.registry import install_store
-from celery_outbox.relay import relay_for
-from celery_outbox.sweeper import Sweeper
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper
 from celery_outbox.testing import InMemoryOutboxStore
 
 START = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -125,7 +125,7 @@ def test_a_sweep_whose_record_fails_still_publishes_and_says_so(
     store.add(message)
     clock.now += timedelta(minutes=1)
 
-    with caplog.at_level(logging.WARNING, logger="celery_outbox.sweeper"):
+    with caplog.at_level(logging.WARNING, logger="celery_outbox.relay.sweeper"):
         report = sweeper(app, store, clock).sweep()
 
     assert report.published == 1

@@ -17,9 +17,9 @@ from celery import Celery
 from kombu import Connection, Queue
 
 from celery_outbox import OutboxConfigError, OutboxTask
-from celery_outbox.records import MessageStatus
 from celery_outbox.registry import install_store
 from celery_outbox.state import reset
+from celery_outbox.store.records import MessageStatus
 from celery_outbox.task import TaskOptionsCheck, check_app
 from celery_outbox.testing import InMemoryOutboxStore
 

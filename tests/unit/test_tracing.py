@@ -26,13 +26,13 @@ from opentelemetry.trace import SpanKind, StatusCode
 from celery_outbox import OutboxTask, tracing
 from celery_outbox.config import OutboxConfig
 from celery_outbox.dead_letters import TRACE_OPTION, build_dead_letter, requeue
-from celery_outbox.envelope import build_message
-from celery_outbox.producers import Producers
-from celery_outbox.records import NewMessage, StoredMessage
+from celery_outbox.dispatch.envelope import build_message
+from celery_outbox.publishing.producers import Producers
 from celery_outbox.registry import install_store
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper
 from celery_outbox.state import reset
-from celery_outbox.sweeper import Sweeper
+from celery_outbox.store.records import NewMessage, StoredMessage
 from celery_outbox.testing import InMemoryOutboxStore
 from tests.spans import memory_exporter
 from tests.worker import REPO_ROOT
@@ -342,9 +342,9 @@ sys.modules["opentelemetry"] = None
 from datetime import datetime, timedelta, timezone
 from celery import Celery
 from celery_outbox import OutboxTask, tracing
-from celery_outbox.envelope import build_message
-from celery_outbox.producers import Producers
-from celery_outbox.records import StoredMessage
+from celery_outbox.dispatch.envelope import build_message
+from celery_outbox.publishing.producers import Producers
+from celery_outbox.store.records import StoredMessage
 assert tracing.ENABLED is False and tracing.fields() == frozenset()
 app = Celery("no-otel", broker="memory://", set_as_current=False)
 def noop():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from argparse import ArgumentTypeError
 from collections.abc import Callable
 
-from celery_outbox.rules import Rule
+from celery_outbox.config import Rule
 
 
 def seconds(rule: Rule) -> Callable[[str], float]:

@@ -13,9 +13,9 @@ from django.db import DEFAULT_DB_ALIAS
 from celery_outbox.config import OutboxConfig
 from celery_outbox.exceptions import OutboxConfigError
 from celery_outbox.registry import store_for
-from celery_outbox.relay import relay_for
-from celery_outbox.storage import OutboxStore
-from celery_outbox.sweeper import Sweeper
+from celery_outbox.relay.relay import relay_for
+from celery_outbox.relay.sweeper import Sweeper
+from celery_outbox.store.base import OutboxStore
 from django_outbox.celery_app import outbox_app
 
 

@@ -15,8 +15,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Q
 
-from celery_outbox.records import TASK_ID_MAX_LENGTH
-from celery_outbox.rules import Count
+from celery_outbox.config import Count
+from celery_outbox.store.records import TASK_ID_MAX_LENGTH
 from django_outbox.cancelling import CancelResult, cancel_messages
 from django_outbox.management.outbox_commands._arguments import count
 from django_outbox.management.outbox_commands._context import (

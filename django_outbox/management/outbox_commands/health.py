@@ -15,8 +15,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from celery_outbox.config import SHORTEST, Seconds
 from celery_outbox.health import check
-from celery_outbox.rules import SHORTEST, Seconds
 from django_outbox.management.outbox_commands._arguments import seconds
 from django_outbox.management.outbox_commands._context import (
     add_database_argument,

@@ -17,9 +17,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from celery_outbox.records import MessageStatus
-from celery_outbox.rules import Count, Seconds
-from celery_outbox.storage import OutboxStore
+from celery_outbox.config import Count, Seconds
+from celery_outbox.store.base import OutboxStore
+from celery_outbox.store.records import MessageStatus
 from django_outbox.management.outbox_commands._arguments import count, seconds
 from django_outbox.management.outbox_commands._context import (
     add_database_argument,
@@ -102,7 +102,8 @@ def purge_completed(
     options: dict[str, Any],
 ) -> None:
     """Delete (or with ``--dry-run`` count) ``alias``'s ``CompletedTask`` rows completed
-    before ``older_than``, ``--batch`` rows per ``DELETE``."""
+    before ``older_than``, ``--batch`` rows per ``DELETE``.
+    """
     if options["dry_run"]:
         from django_outbox.models import CompletedTask
 

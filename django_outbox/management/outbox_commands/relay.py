@@ -2,7 +2,7 @@
 
 It sweeps after every ``--poll`` seconds of idleness, sooner when a parked row comes due,
 and at once when PostgreSQL notifies a new row nobody publishes at commit
-(:mod:`celery_outbox.wakeups`; ``--no-listen`` polls only).
+(:mod:`celery_outbox.store.base`; ``--no-listen`` polls only).
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from celery_outbox.config import RULES
-from celery_outbox.rules import Seconds
+from celery_outbox.config import RULES, Seconds
 from django_outbox.management.outbox_commands._arguments import seconds
 from django_outbox.management.outbox_commands._context import add_database_argument, load_context
 

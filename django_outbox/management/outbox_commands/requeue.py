@@ -17,7 +17,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Q
 
-from celery_outbox.rules import Count
+from celery_outbox.config import Count
 from django_outbox.dead_letters import RequeueResult, requeue_letters
 from django_outbox.management.outbox_commands._arguments import count
 from django_outbox.management.outbox_commands._context import (

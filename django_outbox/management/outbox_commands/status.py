@@ -19,7 +19,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from celery_outbox.exceptions import StoreError
-from celery_outbox.storage import OutboxStore
+from celery_outbox.store.base import OutboxStore
 from django_outbox.management.outbox_commands._context import (
     add_database_argument,
     alias_name,

@@ -15,7 +15,8 @@ from tests.brokers import delete_queue, new_queue_name
 @pytest.fixture(scope="module")
 def djtasks_queue(redis_url: str) -> Iterator[str]:
     """The module's queue on Redis: :data:`tests.django.tasks_backend.app.app` routes every task to
-    it (and keeps its results in that Redis)."""
+    it (and keeps its results in that Redis).
+    """
     from tests.django.tasks_backend import app as djtasks_app
 
     name = new_queue_name()

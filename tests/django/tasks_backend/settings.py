@@ -1,5 +1,6 @@
 """Django settings of the ``django.tasks`` backend tests' workers and clients:
-:mod:`tests.django.db_settings` plus :data:`TASKS`."""
+:mod:`tests.django.db_settings` plus :data:`TASKS`.
+"""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from django.utils import timezone
 from celery_outbox import OutboxTask
 from django_outbox.models import OutboxMessage
 from django_outbox.tasks import DurableTask, OutboxBackend, task
-from django_outbox.tasks.priority import broker_priority, runs_low_first
+from django_outbox.tasks.backend import broker_priority, runs_low_first
 from tests.django.atomic_tasks import events
 from tests.django.helpers import rolled_back
 from tests.django.tasks_backend.app import app

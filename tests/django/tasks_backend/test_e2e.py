@@ -1,5 +1,6 @@
 """The ``django.tasks`` backend end to end: PostgreSQL, Redis (broker and results) and a
-real worker. The promises of ``OutboxTask``, through ``@task`` and ``enqueue()``."""
+real worker. The promises of ``OutboxTask``, through ``@task`` and ``enqueue()``.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """``django_outbox.tasks`` imports on every Django: Celery's ``autodiscover_tasks`` imports
-``<app>.tasks`` of each installed app, and an ``ImportError`` there would stop the worker."""
+``<app>.tasks`` of each installed app, and an ``ImportError`` there would stop the worker.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Shared pieces of the worker unit tests: an attempt of ``unit.retrying`` and the
-queue it is sent back to."""
+queue it is sent back to.
+"""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def deliver(
     task: Task[Any, Any], *args: Any, task_id: str = "t1", queue: str = "q", **request: Any
 ) -> Any:
     """Run ``task`` as a worker runs one delivery of ``task_id`` from ``queue``: a pushed
-    request (``request`` adds to it: headers, ``chain``, ``callbacks``)."""
+    request (``request`` adds to it: headers, ``chain``, ``callbacks``).
+    """
     task.push_request(
         **{
             "id": task_id,

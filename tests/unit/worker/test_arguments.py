@@ -1,5 +1,6 @@
 """The argument check before a task body runs (pure): what fits, what does not, and
-what the error names."""
+what the error names.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Atomic tasks on the worker (in-memory store): the body, its dispatches and its
 ``CompletedTask`` row commit together once per task id; failures and ``retry()`` roll
-back first; duplicates are skipped with a signal."""
+back first; duplicates are skipped with a signal.
+"""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from celery.exceptions import Ignore, Retry
 
 from celery_outbox import OutboxTask, Sweeper
 from celery_outbox.config import OutboxConfig
-from celery_outbox.dispatch_target import dispatch_alias
+from celery_outbox.dispatch.target import dispatch_alias
 from celery_outbox.exceptions import AtomicUnsupported, OutboxConfigError
 from celery_outbox.registry import install_store
-from celery_outbox.relay import relay_for
+from celery_outbox.relay.relay import relay_for
 from celery_outbox.signals import task_duplicate_skipped
 from celery_outbox.task import check_app
 from celery_outbox.testing import InMemoryOutboxStore
@@ -52,7 +53,8 @@ def effects() -> list[Any]:
 @pytest.fixture
 def tasks(app: Celery, store: InMemoryOutboxStore, effects: list[Any]) -> dict[str, Any]:
     """``add`` writes a follow-up and returns its argument; ``boom`` fails after a
-    dispatch; ``again`` calls ``self.retry()``; ``odd`` returns an unserialisable value."""
+    dispatch; ``again`` calls ``self.retry()``; ``odd`` returns an unserialisable value.
+    """
 
     @app.task(base=OutboxTask, name="unit_atomic.follow", shared=False)
     def follow(n: int) -> None:

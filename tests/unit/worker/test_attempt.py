@@ -1,5 +1,6 @@
 """The Attempt value: built once from Celery's request, and the next attempt's arguments
-and options after ``retry(args=..., kwargs=..., **options)``, merged as Celery does."""
+and options after ``retry(args=..., kwargs=..., **options)``, merged as Celery does.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Which dispatches an atomic step offers its store to write with its last writes
-(``CompletionStore.hand_on``, :func:`celery_outbox.workflow_dispatch.hand_on`): its next
+(``CompletionStore.hand_on``, :func:`celery_outbox.workflows.dispatch.hand_on`): its next
 chain step, dispatched as it ends, with nothing to count and no one told the row id
 before the commit. Its body's dispatches, its link callbacks (counted at dispatch) and
-any dispatch while a ``task_dispatched`` receiver listens are added as before."""
+any dispatch while a ``task_dispatched`` receiver listens are added as before.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from celery import Celery, Task
 from celery._state import _task_stack
 
 from celery_outbox import OutboxTask
-from celery_outbox.records import NewMessage, StoredMessage
 from celery_outbox.registry import install_store
 from celery_outbox.signals import task_dispatched
+from celery_outbox.store.records import NewMessage, StoredMessage
 from celery_outbox.testing import InMemoryOutboxStore
 from tests.unit.worker.support import deliver as deliver_one
 from tests.unit.worker.support import queued_messages

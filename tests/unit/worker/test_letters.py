@@ -1,6 +1,7 @@
 """Writing a dead letter: a store that is down puts the message back, one that refuses
 the letter as data gets it minimal, and the task never runs again for it. A letter is
-bounded before it is written, and what the worker logs of it too (issue 43)."""
+bounded before it is written, and what the worker logs of it too (issue 43).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from celery.exceptions import Ignore, Reject
 from kombu import Connection, Queue
 
 from celery_outbox import NoStoreConfigured, StoreDataError, StoreError
-from celery_outbox.escaping import ARGUMENTS_KEY, ORIGINAL_KEY, is_incomplete
+from celery_outbox.dead_letters import ARGUMENTS_KEY, ORIGINAL_KEY, is_incomplete
 from celery_outbox.long_text import LOG_LINE_CHARS, LOG_TRACE_CHARS
 from celery_outbox.registry import install_store
 from celery_outbox.testing import InMemoryOutboxStore

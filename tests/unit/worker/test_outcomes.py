@@ -1,5 +1,6 @@
 """Carrying out a decision: the next attempt is sent with ``retry()``'s arguments and
-options, and a retry that cannot be sent is a dead letter naming why, never a lost task."""
+options, and a retry that cannot be sent is a dead letter naming why, never a lost task.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from celery import Celery
 from celery.exceptions import Retry
 from kombu import Connection, Queue
 
-from celery_outbox.envelope import decode_body
+from celery_outbox.dispatch.envelope import decode_body
 from celery_outbox.registry import install_store
 from celery_outbox.testing import InMemoryOutboxStore
 from celery_outbox.worker.outcomes import after_failure

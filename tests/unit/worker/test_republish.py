@@ -1,6 +1,7 @@
 """Sending a retry never drops it: the ETA and parking fall back on each other. A message
 put back while its store fails is put back ``outbox_store_requeues`` times at most, then
-held on its holding queue (issue 43)."""
+held on its holding queue (issue 43).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """``retry_queue``: every retry (ETA, parked, explicit, autoretry) goes to it, and the
-task's own routing travels with it, so a dead letter is requeued where the task came from."""
+task's own routing travels with it, so a dead letter is requeued where the task came from.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Running one delivery: a failure is handled once, a redelivery is counted, and
-``retry()`` finds the attempt that runs (no flag on Celery's request)."""
+``retry()`` finds the attempt that runs (no flag on Celery's request).
+"""
 
 from __future__ import annotations
 
@@ -124,7 +125,8 @@ def test_a_redelivery_within_the_limit_runs(
 
 def misconfigure(app: Celery, **conf: object) -> None:
     """Change settings of a running app to bad values, and make the outbox read them
-    again (settings are read once: without ``reset`` the change is not seen at all)."""
+    again (settings are read once: without ``reset`` the change is not seen at all).
+    """
     from celery_outbox.state import state_of
 
     app.conf.update(conf)

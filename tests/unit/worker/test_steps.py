@@ -1,6 +1,7 @@
 """A workflow step on the worker (:mod:`celery_outbox.worker.steps`): chord header steps
 counted in their join, the last one dispatching the body with the results in header
-order, and steps counted done in their workflow; over the in-memory store and broker."""
+order, and steps counted done in their workflow; over the in-memory store and broker.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from celery_outbox import OutboxTask
 from celery_outbox.registry import install_store
 from celery_outbox.testing import InMemoryOutboxStore
 from celery_outbox.worker.steps import decode_part, encode_part
-from celery_outbox.workflow_dispatch import JOIN_HEADER
+from celery_outbox.workflows.dispatch import JOIN_HEADER
 from tests.unit.worker.support import deliver, queued_tasks
 
 NOW = datetime(2026, 11, 27, tzinfo=UTC)

@@ -1,6 +1,7 @@
 """The worker's side of the trace context (:mod:`celery_outbox.tracing`): an attempt keeps
 the context it was delivered with; its retries (ETA or parked) and its dead letter carry
-the running span's context, or that one when no span is current."""
+the running span's context, or that one when no span is current.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Rows onto the broker: connections with deadlines, producers, Redis pipelines."""
