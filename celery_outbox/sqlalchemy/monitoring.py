@@ -42,7 +42,7 @@ from celery_outbox.sqlalchemy import statements as sql
 from celery_outbox.sqlalchemy.tables import OutboxTables
 from celery_outbox.sqlalchemy.types import UTCDateTime, store_errors
 from celery_outbox.store.base import SWEEP_NAME, Backlog, LastSweep, OutboxStore
-from celery_outbox.store.counts import DUE_LATER, explain_sql, plan_rows, settled, status_is
+from celery_outbox.store.counts import DUE_LATER, bounded, explain_sql, plan_rows, status_is
 from celery_outbox.store.records import DeadLetterStatus, MessageStatus
 
 # --- Bounded counts in the SQLAlchemy store (:mod:`celery_outbox.store.counts`): exact up to
@@ -63,7 +63,7 @@ def bounded_count(
         return int(conn.execute(select(func.count()).select_from(table).where(*clauses)).one()[0])
     first: Any = select(literal_column("1")).select_from(table).where(*clauses).limit(bound + 1)
     counted = conn.execute(select(func.count()).select_from(first.subquery())).one()[0]
-    return settled(int(counted), bound, lambda: estimate(conn, table, where))
+    return bounded(int(counted), bound, lambda: estimate(conn, table, where)).least
 
 
 def estimate(conn: Connection, table: Table, where: str) -> int:
@@ -128,7 +128,7 @@ class SQLAlchemyMonitoring(OutboxStore):
                 failed = bounded_count(conn, table, bound, _FAILED, c.status == FAILED)
             due, since = conn.execute(_due_query(table, bound), {"now": now}).one()
             if bound is not None:
-                due = settled(due, bound, lambda: estimate(conn, table, _PENDING) - parked)
+                due = bounded(due, bound, lambda: estimate(conn, table, _PENDING) - parked).least
         return Backlog(
             due=int(due),
             parked=int(parked),

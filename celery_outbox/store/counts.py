@@ -1,23 +1,24 @@
-"""Bounded counts: exact up to a bound, PostgreSQL's planner estimate above it.
+"""Bounded counts, one policy for every surface: exact up to a bound, an estimate above it.
 
-A metrics scrape reads its counts every few seconds, so their cost must not grow with
-the table: each count reads at most ``bound + 1`` index entries (``SELECT count(*) FROM
-(SELECT 1 ... LIMIT bound + 1)``). A count that reaches the bound is replaced by the
-planner's estimate of the same rows (``EXPLAIN``: the table's statistics, as fresh as
-its last ``ANALYZE``), never less than ``bound + 1``. Databases without a usable
-estimate (SQLite, MySQL/MariaDB) count exactly.
+A metrics scrape reads its counts every few seconds and an admin page on every view, so
+their cost must not grow with the table: each count reads at most ``bound + 1`` index
+entries (``SELECT count(*) FROM (SELECT 1 ... LIMIT bound + 1)``). A count beyond the
+bound is replaced by PostgreSQL's planner estimate of the same rows (``EXPLAIN``: the
+table's statistics, as fresh as its last ``ANALYZE``) when that estimate is above the
+bound, else it is reported as a lower bound, "more than ``bound``" (:func:`bounded`).
+The caller chooses the bound: the gauges count exactly (no bound) on databases without
+an estimate (SQLite, MySQL/MariaDB); the admin's pages bound every database.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-#: Counts a page of the admin makes exactly; above it, the planner's estimate.
-EXACT_UP_TO = 10_000
-#: Counts a metrics scrape makes exactly (a scrape comes every few seconds: a tenth of
-#: the admin's bound); above it, the planner's estimate.
+#: Counts a metrics scrape makes exactly (a scrape comes every few seconds); above it,
+#: the planner's estimate.
 SCRAPE_EXACT_UP_TO = 1_000
 #: The ``WHERE`` of an estimate of the parked rows: those due later (pending rows are
 #: the only ones with a due time ahead, in practice).
@@ -53,10 +54,33 @@ def plan_rows(explained: Any) -> int:
         raise ValueError(f"not the output of EXPLAIN (FORMAT JSON): {explained!r}") from exc
 
 
-def settled(counted: int, bound: int | None, estimate: Callable[[], int]) -> int:
-    """The count to report: ``counted`` when it is below the bound (or there is none),
-    else ``estimate()``, never below ``bound + 1``.
+@dataclass(frozen=True, kw_only=True)
+class Count:
+    """A number of rows: ``exact``, an estimate, or (``lower_bound``) more than ``value``."""
+
+    value: int
+    exact: bool = True
+    lower_bound: bool = False
+
+    def __str__(self) -> str:
+        if self.exact:
+            return f"{self.value:,}"
+        return f"more than {self.value:,}" if self.lower_bound else f"about {self.value:,}"
+
+    @property
+    def least(self) -> int:
+        """The count as one number (a gauge's): ``value``, or ``value + 1`` for "more than"."""
+        return self.value + 1 if self.lower_bound else self.value
+
+
+def bounded(counted: int, bound: int | None, estimate: Callable[[], int | None]) -> Count:
+    """The count to report of rows counted up to ``bound + 1``: ``counted`` when it is
+    within the bound (or there is none); else ``estimate()`` when it is above the bound,
+    else "more than ``bound``" (no estimate, or one the count already disproves).
     """
     if bound is None or counted <= bound:
-        return counted
-    return max(bound + 1, estimate())
+        return Count(value=counted)
+    estimated = estimate()
+    if estimated is None or estimated <= bound:
+        return Count(value=bound, exact=False, lower_bound=True)
+    return Count(value=estimated, exact=False)

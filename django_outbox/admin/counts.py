@@ -2,7 +2,8 @@
 
 :func:`bounded_count` reads at most ``cap + 1`` entries of an index range; beyond the cap
 it gives PostgreSQL's planner estimate of the range (``EXPLAIN``, from the statistics
-``ANALYZE`` keeps), or, on other databases, the cap itself marked as a lower bound.
+``ANALYZE`` keeps), or, on other databases, the cap itself marked as a lower bound: the one
+policy of :mod:`celery_outbox.store.counts`.
 :func:`hourly_counts` counts the rows of each hour of the last day in one statement: per
 hour the rows up to :data:`HOUR_SAMPLE`, and the time of the :data:`HOUR_SAMPLE`-th row;
 an hour holding more is estimated from how long its first :data:`HOUR_SAMPLE` rows took.
@@ -13,31 +14,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from typing import Any
 
 from django.db import connections
 from django.db.models import QuerySet
 
+from celery_outbox.store.counts import Count, bounded
 from django_outbox.store.monitoring import capped_counts, planner_estimate
 
 #: Rows read per hour of a chart at most.
 HOUR_SAMPLE = 1000
 #: Hours a chart covers (the current, partial hour last).
 HOURS = 24
-
-
-@dataclass(frozen=True, kw_only=True)
-class Count:
-    """A number of rows: ``exact``, an estimate, or (``lower_bound``) more than ``value``."""
-
-    value: int
-    exact: bool = True
-    lower_bound: bool = False
-
-    def __str__(self) -> str:
-        if self.exact:
-            return f"{self.value:,}"
-        return f"more than {self.value:,}" if self.lower_bound else f"about {self.value:,}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,16 +48,10 @@ def bounded_counts(named: dict[str, QuerySet[Any]], cap: int) -> dict[str, Count
     (:mod:`django_outbox.store.monitoring`, which the store's gauges count with too).
     """
     found = capped_counts(list(named.values()), cap)
-    counts = {}
-    for (name, rows), value in zip(named.items(), found, strict=True):
-        estimate = planner_estimate(rows) if value > cap else None
-        if value <= cap:
-            counts[name] = Count(value=value)
-        elif estimate is None or estimate <= cap:
-            counts[name] = Count(value=cap, exact=False, lower_bound=True)
-        else:
-            counts[name] = Count(value=estimate, exact=False)
-    return counts
+    return {
+        name: bounded(value, cap, partial(planner_estimate, rows))
+        for (name, rows), value in zip(named.items(), found, strict=True)
+    }
 
 
 def hour_starts(now: datetime, hours: int = HOURS) -> list[datetime]:

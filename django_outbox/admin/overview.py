@@ -70,10 +70,11 @@ from django.utils.translation import gettext_lazy as _
 
 from celery_outbox.config import OutboxConfig
 from celery_outbox.store.base import WORKFLOW_STATUSES, LastSweep
+from celery_outbox.store.counts import Count
 from celery_outbox.store.records import DeadLetterStatus, MessageStatus
 from django_outbox.admin import actions as admin_actions
 from django_outbox.admin import actions as letter_groups
-from django_outbox.admin.counts import HOUR_SAMPLE, Count, HourCount, bounded_counts, hourly_series
+from django_outbox.admin.counts import HOUR_SAMPLE, HourCount, bounded_counts, hourly_series
 from django_outbox.admin.workflows import breakable
 from django_outbox.celery_app import outbox_app
 from django_outbox.models import DeadLetter, OutboxMessage, Overview, Workflow

@@ -2,11 +2,10 @@
 
 A changelist counts its rows for the paginator, and Django's ``list_filter`` on a field
 lists every distinct value: both read the whole table. Here the paginator counts at most
-:data:`~celery_outbox.store.counts.EXACT_UP_TO` rows and gives PostgreSQL's planner
-estimate beyond (the page says "about N", or "more than N" where there is no estimate),
-a value filter offers the values of the newest :data:`RECENT_ROWS` rows, and a time
-filter offers fixed windows back from now (:data:`TIME_WINDOWS`), each one range of an
-index.
+:data:`EXACT_UP_TO` rows and gives PostgreSQL's planner estimate beyond (the page says
+"about N", or "more than N" where there is no estimate), a value filter offers the values
+of the newest :data:`RECENT_ROWS` rows, and a time filter offers fixed windows back from
+now (:data:`TIME_WINDOWS`), each one range of an index.
 """
 
 from __future__ import annotations
@@ -23,11 +22,14 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
-from celery_outbox.store.counts import EXACT_UP_TO
-from django_outbox.admin.counts import Count, bounded_count
+from celery_outbox.store.counts import Count
+from django_outbox.admin.counts import bounded_count
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrPromise  # django-stubs' lazy string
+
+#: Rows a page of the admin counts exactly; above it, the planner's estimate.
+EXACT_UP_TO = 10_000
 
 #: Rows, newest first, whose values a value filter offers.
 RECENT_ROWS = 10_000

@@ -20,15 +20,16 @@ nothing and concurrent sweepers never fail.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Case, Count, F, Min, QuerySet, Value, When
 
 from celery_outbox.store.base import SWEEP_NAME, Backlog, LastSweep, OutboxStore
-from celery_outbox.store.counts import plan_rows, settled
+from celery_outbox.store.counts import bounded, plan_rows
 from celery_outbox.store.records import OUTBOX_TABLE, DeadLetterStatus, MessageStatus
 from django_outbox.models import DeadLetter, SweepRecord
 from django_outbox.store.calls import (
@@ -96,13 +97,15 @@ def bounded_counts(
     counted = capped_counts([named[key] for key in keys], bound)
     instead = estimated_as or {}
     return {
-        key: settled(n, bound, _estimate(instead.get(key, named[key])))
+        key: bounded(n, bound, partial(planner_estimate, instead.get(key, named[key]))).least
         for key, n in zip(keys, counted, strict=True)
     }
 
 
-def _estimate(rows: QuerySet[Any]) -> Callable[[], int]:
-    return lambda: planner_estimate(rows) or 0
+def _less(pending: QuerySet[Any], parked: int) -> int | None:
+    """The estimate of the ``pending`` rows less the ``parked`` ones: the due rows'."""
+    estimate = planner_estimate(pending)
+    return None if estimate is None else estimate - parked
 
 
 def bound_on(alias: str, bound: int | None) -> int | None:
@@ -175,7 +178,8 @@ class DjangoMonitoring(OutboxStore):
             )
             parked, failed = counts["parked"], counts["failed"]
             due = _due(alias, now, bound)
-            count = settled(due["count"], bound, lambda: (planner_estimate(pending) or 0) - parked)
+            estimate = partial(_less, pending, parked)
+            count = bounded(due["count"], bound, estimate).least
         since: datetime | None = due["since"]
         return Backlog(
             due=count,

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from django_outbox.admin.counts import Count, HourCount, hour_starts
+from celery_outbox.store.counts import Count
+from django_outbox.admin.counts import HourCount, hour_starts
 from django_outbox.admin.overview import HEIGHT, axis_top, bar_chart, bar_title
 
 START = datetime(2026, 3, 4, 5, 0, tzinfo=timezone.utc)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from celery_outbox.store.counts import DUE_LATER, explain_sql, plan_rows, settled, status_is
+from celery_outbox.store.counts import DUE_LATER, Count, bounded, explain_sql, plan_rows, status_is
 
 PLAN = [{"Plan": {"Node Type": "Index Only Scan", "Plan Rows": 140012, "Plan Width": 4}}]
 
@@ -37,10 +37,22 @@ def test_a_count_within_the_bound_is_reported_without_asking_for_an_estimate() -
     def never() -> int:
         raise AssertionError("estimated")
 
-    assert settled(10, 10, never) == 10
-    assert settled(12345, None, never) == 12345
+    assert bounded(10, 10, never) == Count(value=10)
+    assert bounded(12345, None, never) == Count(value=12345)
 
 
-def test_a_count_past_the_bound_is_the_estimate_never_below_the_bound() -> None:
-    assert settled(11, 10, lambda: 5000) == 5000
-    assert settled(11, 10, lambda: 3) == 11
+def test_a_count_past_the_bound_is_the_estimate_when_above_it() -> None:
+    assert bounded(11, 10, lambda: 5000) == Count(value=5000, exact=False)
+    assert bounded(11, 10, lambda: 5000).least == 5000
+    assert str(bounded(11, 10, lambda: 5000)) == "about 5,000"
+
+
+@pytest.mark.parametrize("estimate", [3, 10, None])
+def test_else_it_is_more_than_the_bound_and_a_gauge_reads_the_least_such_count(
+    estimate: int | None,
+) -> None:
+    # No estimate (SQLite, MySQL), or one the count itself disproves: one policy for the
+    # admin's pages ("more than 10") and the gauges (11).
+    count = bounded(11, 10, lambda: estimate)
+    assert count == Count(value=10, exact=False, lower_bound=True)
+    assert (str(count), count.least) == ("more than 10", 11)
