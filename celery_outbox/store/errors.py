@@ -6,7 +6,7 @@ Each store names its driver's exception classes once and wraps each operation in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from celery_outbox.exceptions import StoreDataError, StoreError
@@ -42,19 +42,42 @@ def refused_value(exc: BaseException) -> bool:
     return False
 
 
+def _never(exc: BaseException) -> bool:
+    return False
+
+
+def _nothing() -> None:
+    return None
+
+
 @contextmanager
-def store_errors(action: str, *, data: ErrorTypes, outage: ErrorTypes) -> Iterator[None]:
+def store_errors(
+    action: str,
+    *,
+    data: ErrorTypes,
+    outage: ErrorTypes,
+    unless: Callable[[BaseException], bool] = _never,
+    after_refused: Callable[[], None] = _nothing,
+) -> Iterator[None]:
     """Raise a ``data`` error (a value the database refuses: not an outage, the same
     write fails again) as :class:`StoreDataError`, an ``outage`` error (driver, pool)
-    as :class:`StoreError` (unless :func:`refused_value` says it is a value refused); the
-    cause is chained and never swallowed, so the caller's
-    transaction still rolls back. ``action`` completes "celery-outbox could not ...".
+    as :class:`StoreError` (unless :func:`refused_value` says it is a value refused,
+    after which ``after_refused`` runs: a store drops the connections it broke).
+
+    The cause is chained and never swallowed, so the caller's transaction still rolls
+    back; an error ``unless`` accepts (a task body's own) leaves unchanged. ``action``
+    completes "celery-outbox could not ...".
     """
     try:
         yield
     except data as exc:
+        if unless(exc):
+            raise
         raise StoreDataError(f"celery-outbox could not {action}: {exc}") from exc
     except outage as exc:
+        if unless(exc):
+            raise
         if refused_value(exc):
+            after_refused()
             raise StoreDataError(f"celery-outbox could not {action}: {exc}") from exc
         raise StoreError(f"celery-outbox could not {action}: {exc}") from exc

@@ -1,8 +1,5 @@
-"""What every method of the Django store shares: the alias, the clock, how a database error
-leaves it.
-
-What every method of the Django store shares: the alias a call works on, and how a
-database error leaves it.
+"""What every method of the Django store shares: the alias a call works on, the clock,
+and how a database error leaves it (the core's one translation, :mod:`celery_outbox.store.errors`).
 
 ``using=None`` means the alias of the atomic task running in this context
 (:meth:`~django_outbox.store.completions.DjangoCompletions.complete_once` binds it),
@@ -22,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import cast
@@ -29,8 +27,8 @@ from typing import cast
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, DataError, IntegrityError, connections
 
 from celery_outbox.clock import DatabaseClock, utcnow
-from celery_outbox.exceptions import StoreDataError, StoreError
-from celery_outbox.store.errors import refused_value
+from celery_outbox.exceptions import StoreError
+from celery_outbox.store import errors
 
 # --- What every method of the Django store shares: the alias a call works on, and how a
 
@@ -70,32 +68,26 @@ def running_on(alias: str) -> Iterator[None]:
         _RUNNING.reset(token)
 
 
-def _never(exc: BaseException) -> bool:
-    return False
-
-
-@contextlib.contextmanager
 def store_errors(
-    action: str, *, unless: Callable[[BaseException], bool] = _never
-) -> Iterator[None]:
+    action: str, *, unless: Callable[[BaseException], bool] | None = None
+) -> AbstractContextManager[None]:
     """Raise a database error as ``StoreError``, a refused value as ``StoreDataError``
-    (never swallowed: the caller's transaction still rolls back).
+    (:func:`celery_outbox.store.errors.store_errors` with Django's exception classes;
+    never swallowed: the caller's transaction still rolls back).
 
     An error ``unless`` accepts (a task body's own) leaves unchanged.
     """
-    try:
-        yield
-    except (DataError, IntegrityError) as exc:  # a value the database refuses: not an outage
-        if unless(exc):
-            raise
-        raise StoreDataError(f"celery-outbox could not {action}: {exc}") from exc
-    except DatabaseError as exc:
-        if unless(exc):
-            raise
-        if refused_value(exc):  # too large (MySQL's max_allowed_packet ...): not an outage
-            _drop_broken_connections()
-            raise StoreDataError(f"celery-outbox could not {action}: {exc}") from exc
-        raise StoreError(f"celery-outbox could not {action}: {exc}") from exc
+    return errors.store_errors(
+        action,
+        data=(DataError, IntegrityError),
+        outage=(DatabaseError,),
+        unless=unless or _never,
+        after_refused=_drop_broken_connections,
+    )
+
+
+def _never(exc: BaseException) -> bool:
+    return False
 
 
 def _drop_broken_connections() -> None:
