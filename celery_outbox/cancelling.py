@@ -214,12 +214,16 @@ def revoke(app: Celery, task_ids: list[str]) -> dict[str, Any]:
     return {"revoked": True}
 
 
-def announce(task_ids: list[str], *, by: str, where: str | None) -> None:
-    """Log a committed cancel: who, and the task ids (the first :data:`ANNOUNCED_IDS`)."""
+def announce(
+    task_ids: list[str], *, by: str, where: str | None, log: logging.Logger = logger
+) -> None:
+    """Log a committed cancel on ``log``: who, and the task ids (the first
+    :data:`ANNOUNCED_IDS`).
+    """
     shown = ", ".join(task_ids[:ANNOUNCED_IDS])
     if len(task_ids) > ANNOUNCED_IDS:
         shown += f" and {len(task_ids) - ANNOUNCED_IDS} more"
-    logger.warning(
+    log.warning(
         "Cancelled %d outbox row(s) on database %r by %s, never to be published: task ids %s",
         len(task_ids),
         where or "default",

@@ -22,10 +22,10 @@ from django.db import router, transaction
 from django.db.models import QuerySet
 
 from celery_outbox.cancelling import (
-    ANNOUNCED_IDS,
     CancelResult,
     Revocation,
     after_commit,
+    announce,
     result,
     revoke,
 )
@@ -75,18 +75,9 @@ def cancel_messages(
 
 
 def _announce(alias: str, user: AbstractBaseUser | None, task_ids: list[str]) -> None:
-    """Log a committed cancel: a record even when no user was given."""
+    """Log a committed cancel on this module's logger: a record even when no user was given."""
     who = "no user (not in the admin log)" if user is None else repr(user.get_username())
-    shown = ", ".join(task_ids[:ANNOUNCED_IDS])
-    if len(task_ids) > ANNOUNCED_IDS:
-        shown += f" and {len(task_ids) - ANNOUNCED_IDS} more"
-    logger.warning(
-        "Cancelled %d outbox row(s) on database %r by %s, never to be published: task ids %s",
-        len(task_ids),
-        alias,
-        who,
-        shown,
-    )
+    announce(task_ids, by=who, where=alias, log=logger)
 
 
 def _user(by: Canceller) -> AbstractBaseUser | None:

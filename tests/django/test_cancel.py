@@ -20,13 +20,14 @@ from django.db import transaction
 from django.test import Client
 from django.urls import reverse
 
+from celery_outbox.cancelling import ANNOUNCED_IDS
 from celery_outbox.clock import utcnow
 from celery_outbox.registry import store_for
 from celery_outbox.store.records import MessageStatus
 from celery_outbox.worker.attempt import Attempt
 from celery_outbox.worker.steps import Step
 from celery_outbox.workflows.dispatch import JOIN_HEADER
-from django_outbox.cancelling import ANNOUNCED_IDS, cancel_messages
+from django_outbox.cancelling import cancel_messages
 from django_outbox.models import ChordJoin, OutboxMessage, Workflow
 from tests.django.admin_app import APP_PATH, app
 from tests.django.celery_app import RECORD
