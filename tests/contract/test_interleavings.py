@@ -44,7 +44,11 @@ class World:
         kind = op[0]
         answer: object = None
         if kind == "add":
-            row_id = self.store.add(new_message(available_at=self.now + _secs(op[1])))
+            # Rows due at the same instant may be claimed in any order (PostgreSQL takes
+            # its due index's order): a microsecond per row keeps every due time apart,
+            # so the stores and the reference agree on which rows a claim takes.
+            due = self.now + _secs(op[1]) + timedelta(microseconds=len(self.ids))
+            row_id = self.store.add(new_message(available_at=due))
             assert row_id is not None
             self.ids.append(row_id)
         elif kind == "claim":
