@@ -73,6 +73,7 @@ from celery_outbox.store.records import (
     StoredMessage,
     message_columns,
 )
+from celery_outbox.store.transitions import SUCCEED
 
 # --- The last writes of an atomic run on SQLAlchemy: its result, its workflow count and
 
@@ -213,7 +214,7 @@ def step_done(table: Table) -> Update:
     reaching it, a running workflow succeeds.
     """
     c = table.c
-    reaching = and_(c.status == "running", c.steps_done + 1 >= c.steps_total)
+    reaching = and_(c.status.in_(SUCCEED.sources), c.steps_done + 1 >= c.steps_total)
     now = bindparam("now", type_=UTCDateTime())
     # MySQL assigns left to right, each seeing the columns set before it: steps_done last,
     # and finished_at before status, so every CASE reads the row as it was.
@@ -222,7 +223,7 @@ def step_done(table: Table) -> Update:
         .where(c.root_id == bindparam("root"))
         .ordered_values(
             (c.finished_at, case((reaching, now), else_=c.finished_at)),
-            (c.status, case((reaching, literal("succeeded")), else_=c.status)),
+            (c.status, case((reaching, literal(SUCCEED.target)), else_=c.status)),
             (
                 c.steps_done,
                 case((c.steps_done < c.steps_total, c.steps_done + 1), else_=c.steps_done),

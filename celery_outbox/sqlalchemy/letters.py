@@ -19,7 +19,6 @@ from celery_outbox.sqlalchemy.types import require_aware, store_errors
 from celery_outbox.sqlalchemy.workflows import mark_failed, mark_resumed
 from celery_outbox.store.base import OutboxStore
 from celery_outbox.store.records import (
-    DeadLetterStatus,
     NewDeadLetter,
     NewMessage,
     StoredDeadLetter,
@@ -27,8 +26,7 @@ from celery_outbox.store.records import (
     message_columns,
     stored_letter,
 )
-
-DEAD = DeadLetterStatus.DEAD.value
+from celery_outbox.store.transitions import COMPLETE, DISCARD, REQUEUE
 
 
 class SQLAlchemyDeadLetters(OutboxStore):
@@ -80,8 +78,8 @@ class SQLAlchemyDeadLetters(OutboxStore):
         table = self.tables.dead_letter
         stmt = (
             update(table)
-            .where(table.c.task_id == task_id, table.c.status == DEAD)
-            .values(status=DeadLetterStatus.COMPLETED.value)
+            .where(table.c.task_id == task_id, table.c.status.in_(COMPLETE.sources))
+            .values(status=COMPLETE.target)
         )
         with store_errors("complete a dead letter"), self._caller_transaction() as conn:
             return int(conn.execute(stmt).rowcount)
@@ -112,9 +110,9 @@ def requeue(
     # A compare-and-set on the status: two concurrent requeues write one row.
     marked = conn.execute(
         update(table)
-        .where(table.c.id == letter_id, table.c.status == DEAD)
+        .where(table.c.id == letter_id, table.c.status.in_(REQUEUE.sources))
         .values(
-            status=DeadLetterStatus.REQUEUED.value,
+            status=REQUEUE.target,
             requeued_at=now,
             requeued_by=by,
             requeued_task_id=task_id,
@@ -132,7 +130,7 @@ def discard(conn: Connection, table: Table, letter_id: int) -> bool:
     """Mark a ``dead`` letter discarded; whether it was ``dead``."""
     stmt = (
         update(table)
-        .where(table.c.id == letter_id, table.c.status == DEAD)
-        .values(status=DeadLetterStatus.DISCARDED.value)
+        .where(table.c.id == letter_id, table.c.status.in_(DISCARD.sources))
+        .values(status=DISCARD.target)
     )
     return bool(conn.execute(stmt).rowcount == 1)

@@ -38,15 +38,14 @@ from celery_outbox.sqlalchemy.monitoring import bound_on, bounded_count
 from celery_outbox.sqlalchemy.tables import OutboxTables
 from celery_outbox.sqlalchemy.types import require_aware, store_errors
 from celery_outbox.store.base import (
-    CANCELLABLE,
     WORKFLOW_STATUSES,
     JoinProgress,
     OutboxStore,
     StoredWorkflow,
-    WorkflowStatus,
 )
 from celery_outbox.store.counts import status_is
-from celery_outbox.store.records import empty_parts, part_results, with_part
+from celery_outbox.store.records import WorkflowStatus, empty_parts, part_results, with_part
+from celery_outbox.store.transitions import CANCEL, FAIL, RESUME
 
 _WORKFLOW_FIELDS = tuple(f.name for f in fields(StoredWorkflow))
 
@@ -166,8 +165,8 @@ def mark_failed(
     """Mark ``root_id``'s workflow failed by ``task_id`` unless it was cancelled (in
     ``conn``'s transaction).
     """
-    stmt = update(table).where(table.c.root_id == root_id, table.c.status != "cancelled")
-    conn.execute(stmt.values(status="failed", failed_task_id=task_id, finished_at=now))
+    stmt = update(table).where(table.c.root_id == root_id, table.c.status.in_(FAIL.sources))
+    conn.execute(stmt.values(status=FAIL.target, failed_task_id=task_id, finished_at=now))
 
 
 def mark_cancelled(conn: Connection, tables: OutboxTables, root_id: str, *, now: datetime) -> None:
@@ -175,16 +174,16 @@ def mark_cancelled(conn: Connection, tables: OutboxTables, root_id: str, *, now:
     chord joins (in ``conn``'s transaction).
     """
     table = tables.workflow
-    stmt = update(table).where(table.c.root_id == root_id, table.c.status.in_(CANCELLABLE))
-    if conn.execute(stmt.values(status="cancelled", finished_at=now)).rowcount:
+    stmt = update(table).where(table.c.root_id == root_id, table.c.status.in_(CANCEL.sources))
+    if conn.execute(stmt.values(status=CANCEL.target, finished_at=now)).rowcount:
         joins = tables.chord_join
         conn.execute(delete(joins).where(joins.c.root_id == root_id))
 
 
 def mark_resumed(conn: Connection, table: Table, root_id: str) -> None:
     """Put ``root_id``'s workflow back to running if it failed (in ``conn``'s transaction)."""
-    stmt = update(table).where(table.c.root_id == root_id, table.c.status == "failed")
-    conn.execute(stmt.values(status="running", finished_at=None))
+    stmt = update(table).where(table.c.root_id == root_id, table.c.status.in_(RESUME.sources))
+    conn.execute(stmt.values(status=RESUME.target, finished_at=None))
 
 
 def _count_part(

@@ -81,7 +81,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from celery_outbox.clock import utcnow
 from celery_outbox.exceptions import AtomicUnsupported
@@ -96,7 +96,9 @@ from celery_outbox.store.records import (
     StoredCompletion,
     StoredDeadLetter,
     StoredMessage,
+    WorkflowStatus,
 )
+from celery_outbox.store.transitions import CANCEL
 
 # --- The store's part in batched dispatch (:mod:`celery_outbox.dispatch.batching`): many rows,
 # one INSERT.
@@ -337,13 +339,11 @@ class MonitoredStore(abc.ABC):
 
 # --- The store's part in durable workflows: ``Workflow`` rows and chord joins.
 
-WorkflowStatus = Literal["running", "succeeded", "failed", "cancelled"]
-
 #: Every workflow status, in the order surfaces list them.
 WORKFLOW_STATUSES: tuple[WorkflowStatus, ...] = ("running", "succeeded", "failed", "cancelled")
 
-#: The statuses a cancelled step closes its workflow from (it ends ``cancelled``).
-CANCELLABLE: tuple[WorkflowStatus, ...] = ("running", "failed")
+#: The statuses a cancelled step closes its workflow from (``transitions.CANCEL``).
+CANCELLABLE = CANCEL.sources
 
 
 @dataclass(frozen=True, kw_only=True)

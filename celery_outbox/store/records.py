@@ -26,7 +26,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 # --- Value objects that cross the store boundary: outbox rows, claims and dead letters.
 
@@ -75,6 +75,11 @@ class DeadLetterStatus(str, enum.Enum):
     REQUEUED = "requeued"
     DISCARDED = "discarded"
     COMPLETED = "completed"
+
+
+#: Life of a workflow: ``running``, then ``succeeded``, ``failed`` (``running`` again
+#: when its dead letter is requeued) or ``cancelled``.
+WorkflowStatus = Literal["running", "succeeded", "failed", "cancelled"]
 
 
 @dataclass(frozen=True, kw_only=True)

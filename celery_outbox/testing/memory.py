@@ -36,7 +36,6 @@ from typing import Any
 
 from celery_outbox.clock import Clock, utcnow
 from celery_outbox.store.base import (
-    CANCELLABLE,
     WORKFLOW_STATUSES,
     Backlog,
     Completion,
@@ -46,7 +45,6 @@ from celery_outbox.store.base import (
     PublishCallback,
     StoredWorkflow,
     Supersedes,
-    WorkflowStatus,
     publisher_key,
     within_budget,
 )
@@ -60,6 +58,7 @@ from celery_outbox.store.records import (
     StoredCompletion,
     StoredDeadLetter,
     StoredMessage,
+    WorkflowStatus,
     cancelled_row,
     empty_parts,
     letter_columns,
@@ -68,6 +67,15 @@ from celery_outbox.store.records import (
     stored_letter,
     stored_message,
     with_part,
+)
+from celery_outbox.store.transitions import (
+    CANCEL,
+    COMPLETE,
+    DISCARD,
+    FAIL,
+    REQUEUE,
+    RESUME,
+    SUCCEED,
 )
 
 # --- ``CompletedTask`` rows of :class:`celery_outbox.testing.InMemoryOutboxStore`.
@@ -190,12 +198,12 @@ class MemoryDeadLetters(OutboxStore):
             letter = self.letters.get(letter_id)
             if letter is None:
                 raise LookupError(f"No dead letter with id {letter_id!r}.")
-            if letter.status is not DeadLetterStatus.DEAD:
+            if not REQUEUE.allows(letter.status):
                 return letter.requeued_task_id, None
             row_id = self.add(message, using=using)
             self.letters[letter_id] = replace(
                 letter,
-                status=DeadLetterStatus.REQUEUED,
+                status=DeadLetterStatus(REQUEUE.target),
                 requeued_at=now,
                 requeued_by=by,
                 requeued_task_id=message.task_id,
@@ -207,9 +215,9 @@ class MemoryDeadLetters(OutboxStore):
     def discard_dead_letter(self, letter_id: int, *, using: str | None = None) -> bool:
         with self._lock:
             letter = self.letters.get(letter_id)
-            if letter is None or letter.status is not DeadLetterStatus.DEAD:
+            if letter is None or not DISCARD.allows(letter.status):
                 return False
-            self.letters[letter_id] = replace(letter, status=DeadLetterStatus.DISCARDED)
+            self.letters[letter_id] = replace(letter, status=DeadLetterStatus(DISCARD.target))
             return True
 
     def complete_dead_letters(self, task_id: str, *, using: str | None = None) -> int:
@@ -217,10 +225,10 @@ class MemoryDeadLetters(OutboxStore):
             found = [
                 letter
                 for letter in self.letters.values()
-                if letter.task_id == task_id and letter.status is DeadLetterStatus.DEAD
+                if letter.task_id == task_id and COMPLETE.allows(letter.status)
             ]
             for letter in found:
-                self.letters[letter.id] = replace(letter, status=DeadLetterStatus.COMPLETED)
+                self.letters[letter.id] = replace(letter, status=DeadLetterStatus(COMPLETE.target))
             return len(found)
 
 
@@ -435,8 +443,8 @@ class MemoryWorkflows(OutboxStore):
             if found is None:
                 return
             done = min(found.steps_done + 1, found.steps_total)
-            if found.status == "running" and found.steps_done + 1 >= found.steps_total:
-                found = replace(found, status="succeeded", finished_at=now)
+            if SUCCEED.allows(found.status) and found.steps_done + 1 >= found.steps_total:
+                found = replace(found, status=SUCCEED.target, finished_at=now)
             self.workflows[root_id] = replace(found, steps_done=done)
 
     def workflow_failed(
@@ -444,25 +452,25 @@ class MemoryWorkflows(OutboxStore):
     ) -> None:
         with self._lock:
             found = self.workflows.get(root_id)
-            if found is not None and found.status != "cancelled":
+            if found is not None and FAIL.allows(found.status):
                 self.workflows[root_id] = replace(
-                    found, status="failed", failed_task_id=task_id, finished_at=now
+                    found, status=FAIL.target, failed_task_id=task_id, finished_at=now
                 )
 
     def workflow_cancelled(self, root_id: str, *, now: datetime, using: str | None = None) -> None:
         with self._lock:
             found = self.workflows.get(root_id)
-            if found is None or found.status not in CANCELLABLE:
+            if found is None or not CANCEL.allows(found.status):
                 return
-            self.workflows[root_id] = replace(found, status="cancelled", finished_at=now)
+            self.workflows[root_id] = replace(found, status=CANCEL.target, finished_at=now)
             for group_id in [g for g, join in self.joins.items() if join.root_id == root_id]:
                 del self.joins[group_id]
 
     def workflow_resumed(self, root_id: str, *, using: str | None = None) -> None:
         with self._lock:
             found = self.workflows.get(root_id)
-            if found is not None and found.status == "failed":
-                self.workflows[root_id] = replace(found, status="running", finished_at=None)
+            if found is not None and RESUME.allows(found.status):
+                self.workflows[root_id] = replace(found, status=RESUME.target, finished_at=None)
 
     def get_workflow(self, root_id: str, *, using: str | None = None) -> StoredWorkflow | None:
         return self.workflows.get(root_id)

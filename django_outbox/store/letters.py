@@ -9,11 +9,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from celery_outbox.store.records import (
-    DeadLetterStatus,
     NewDeadLetter,
     NewMessage,
     StoredDeadLetter,
 )
+from celery_outbox.store.transitions import COMPLETE, DISCARD, REQUEUE
 from django_outbox.models import DeadLetter, DeliveryCount
 from django_outbox.store import rows as convert
 from django_outbox.store import workflows
@@ -82,11 +82,11 @@ def requeue_dead_letter(
         ).first()
         if letter is None:
             raise LookupError(f"No dead letter with id {letter_id!r} in {alias!r}.")
-        if letter.status != DeadLetterStatus.DEAD.value:
+        if not REQUEUE.allows(letter.status):
             return letter.requeued_task_id, None
         row_id = insert(message)
         DeadLetter.objects.using(alias).filter(pk=letter_id).update(
-            status=DeadLetterStatus.REQUEUED.value,
+            status=REQUEUE.target,
             requeued_at=now,
             requeued_by=by,
             requeued_task_id=message.task_id,
@@ -98,16 +98,15 @@ def requeue_dead_letter(
 
 def complete_dead_letters(task_id: str, *, alias: str) -> int:
     """Mark the ``dead`` letters of ``task_id`` ``completed``: one ``UPDATE``."""
-    letters = DeadLetter.objects.using(alias).dead().filter(task_id=task_id)
-    return int(letters.update(status=DeadLetterStatus.COMPLETED.value))
+    letters = DeadLetter.objects.using(alias).filter(task_id=task_id)
+    return int(letters.filter(status__in=COMPLETE.sources).update(status=COMPLETE.target))
 
 
 def discard_dead_letter(letter_id: int, *, alias: str) -> bool:
     """Mark a ``dead`` letter ``discarded``: one ``UPDATE``."""
     changed = (
         DeadLetter.objects.using(alias)
-        .dead()
-        .filter(pk=letter_id)
-        .update(status=DeadLetterStatus.DISCARDED.value)
+        .filter(pk=letter_id, status__in=DISCARD.sources)
+        .update(status=DISCARD.target)
     )
     return bool(changed)

@@ -17,13 +17,14 @@ from typing import Any
 from django.db.models import Field
 
 from celery_outbox.store import records as core
-from celery_outbox.store.base import StoredWorkflow, WorkflowStatus
+from celery_outbox.store.base import StoredWorkflow
 from celery_outbox.store.records import (
     NewDeadLetter,
     NewMessage,
     StoredCompletion,
     StoredDeadLetter,
     StoredMessage,
+    WorkflowStatus,
 )
 from django_outbox.models import CompletedTask, DeadLetter, OutboxMessage, Workflow
 

@@ -28,13 +28,13 @@ from django.db.models.functions import Least
 
 from celery_outbox.store import records as join_parts
 from celery_outbox.store.base import (
-    CANCELLABLE,
     WORKFLOW_STATUSES,
     JoinProgress,
     OutboxStore,
     StoredWorkflow,
-    WorkflowStatus,
 )
+from celery_outbox.store.records import WorkflowStatus
+from celery_outbox.store.transitions import CANCEL, FAIL, RESUME, SUCCEED
 from django_outbox._compat import raw_delete
 from django_outbox.models import ChordJoin, Workflow
 from django_outbox.store import rows as convert
@@ -60,8 +60,8 @@ def mark_failed(root_id: str, task_id: str, *, now: datetime, alias: str) -> Non
     """``root_id``'s workflow ``failed`` by ``task_id`` at ``now`` unless it was cancelled:
     one ``UPDATE``.
     """
-    workflows(alias).filter(root_id=root_id).exclude(status="cancelled").update(
-        status="failed", failed_task_id=task_id, finished_at=now
+    workflows(alias).filter(root_id=root_id, status__in=FAIL.sources).update(
+        status=FAIL.target, failed_task_id=task_id, finished_at=now
     )
 
 
@@ -69,15 +69,15 @@ def mark_cancelled(root_id: str, *, now: datetime, alias: str) -> None:
     """``root_id``'s running or failed workflow ``cancelled`` at ``now``, and then its
     chord joins deleted: two statements, in the caller's transaction.
     """
-    closing = workflows(alias).filter(root_id=root_id, status__in=CANCELLABLE)
-    if closing.update(status="cancelled", finished_at=now):
+    closing = workflows(alias).filter(root_id=root_id, status__in=CANCEL.sources)
+    if closing.update(status=CANCEL.target, finished_at=now):
         raw_delete(joins(alias).filter(root_id=root_id), alias)
 
 
 def resume(root_id: str, *, alias: str) -> None:
     """``root_id``'s ``failed`` workflow ``running`` again: one ``UPDATE``."""
-    workflows(alias).filter(root_id=root_id, status="failed").update(
-        status="running", finished_at=None
+    workflows(alias).filter(root_id=root_id, status__in=RESUME.sources).update(
+        status=RESUME.target, finished_at=None
     )
 
 
@@ -124,7 +124,7 @@ class DjangoWorkflows(OutboxStore):
         """Count one step done and finish a ``running`` workflow at its last step: one
         ``UPDATE`` in the caller's transaction.
         """
-        last = Q(status="running", steps_done__gte=F("steps_total") - 1)
+        last = Q(status__in=SUCCEED.sources, steps_done__gte=F("steps_total") - 1)
         with store_errors("count a workflow step done"):
             # MySQL assigns left to right: the CASEs read steps_done before it changes.
             workflows(alias_of(using)).filter(root_id=root_id).update(
@@ -132,7 +132,7 @@ class DjangoWorkflows(OutboxStore):
                     When(last, then=Value(now, output_field=DateTimeField())),
                     default=F("finished_at"),
                 ),
-                status=Case(When(last, then=Value("succeeded")), default=F("status")),
+                status=Case(When(last, then=Value(SUCCEED.target)), default=F("status")),
                 steps_done=Least(F("steps_done") + 1, F("steps_total")),
             )
 
