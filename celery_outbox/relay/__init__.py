@@ -15,11 +15,8 @@ __all__ = ["relay_for"]
 #: warning, until a later release.
 _MOVED_NAMES = {
     "BackoffPolicy": "celery_outbox.relay.relay",
-    "Callable": "celery_outbox.relay.relay",
-    "Celery": "celery_outbox.relay.relay",
     "Claim": "celery_outbox.relay.relay",
     "Clock": "celery_outbox.relay.relay",
-    "Literal": "celery_outbox.relay.relay",
     "NewMessage": "celery_outbox.relay.relay",
     "OutboxConfig": "celery_outbox.relay.relay",
     "OutboxStore": "celery_outbox.relay.relay",
@@ -28,19 +25,13 @@ _MOVED_NAMES = {
     "PublishPath": "celery_outbox.relay.relay",
     "PublishReport": "celery_outbox.relay.relay",
     "Relay": "celery_outbox.relay.relay",
-    "Sequence": "celery_outbox.relay.relay",
     "StoredMessage": "celery_outbox.relay.relay",
     "bounded_logger": "celery_outbox.relay.relay",
-    "dataclass": "celery_outbox.relay.relay",
-    "datetime": "celery_outbox.relay.relay",
-    "defaultdict": "celery_outbox.relay.relay",
-    "field": "celery_outbox.relay.relay",
     "message_publish_failed": "celery_outbox.relay.relay",
     "message_published": "celery_outbox.relay.relay",
     "sort_out": "celery_outbox.relay.relay",
     "state_of": "celery_outbox.relay.relay",
     "store_for": "celery_outbox.relay.relay",
-    "timedelta": "celery_outbox.relay.relay",
     "utcnow": "celery_outbox.relay.relay",
 }
 _warned: set[str] = set()

@@ -12,15 +12,10 @@ from typing import Any
 _MOVED_NAMES = {
     "CANCELLABLE": "celery_outbox.store.base",
     "JoinProgress": "celery_outbox.store.base",
-    "Literal": "celery_outbox.store.base",
-    "Mapping": "celery_outbox.store.base",
     "StoredWorkflow": "celery_outbox.store.base",
     "WORKFLOW_STATUSES": "celery_outbox.store.base",
-    "WorkflowStatus": "celery_outbox.store.base",
+    "WorkflowStatus": "celery_outbox.store.records",
     "WorkflowStore": "celery_outbox.store.base",
-    "dataclass": "celery_outbox.store.base",
-    "datetime": "celery_outbox.store.base",
-    "field": "celery_outbox.store.base",
 }
 _warned: set[str] = set()
 
