@@ -1,4 +1,4 @@
-"""Expectations and failure messages (:mod:`celery_outbox.testing.recorder`): a failed
+"""Expectations and failure messages (:mod:`celery_outbox.testing.expectations`): a failed
 assertion names the expected call, lists every dispatch, and says why each dispatch of
 the same task did not match.
 """
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_outbox.testing.recorder import (
+from celery_outbox.testing.expectations import (
     MAX_LISTED,
     Dispatch,
     Expectation,

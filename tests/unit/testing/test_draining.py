@@ -1,4 +1,4 @@
-"""Holding and draining rows (:mod:`celery_outbox.testing.recorder`) over the in-memory store and
+"""Holding and draining rows (:mod:`celery_outbox.testing.draining`) over the in-memory store and
 broker.
 """
 
@@ -9,7 +9,7 @@ from celery import Celery
 
 from celery_outbox.relay.relay import relay_for
 from celery_outbox.testing import InMemoryOutboxStore
-from celery_outbox.testing.recorder import (
+from celery_outbox.testing.draining import (
     HeldRelay,
     claim_rows,
     publish_claimed,

@@ -1,9 +1,9 @@
-"""Dispatch records (:mod:`celery_outbox.testing.recorder`): their state and how they read."""
+"""Dispatch records (:mod:`celery_outbox.testing.expectations`): their state and how they read."""
 
 from __future__ import annotations
 
-from celery_outbox.testing.recorder import Dispatch, DispatchState, Drained, call_text
-from tests.unit.testing.test_recorder_expectations import dispatch
+from celery_outbox.testing.expectations import Dispatch, DispatchState, Drained, call_text
+from tests.unit.testing.test_expectations import dispatch
 
 
 def test_the_state_is_committed_awaiting_or_rolled_back() -> None:
