@@ -83,7 +83,8 @@ class BackoffPolicy:
 
 def _doublings_to_cap(base: timedelta, cap: timedelta) -> int:
     """How many doublings take ``base`` to at least ``cap``."""
-    doublings, width = 0, base
+    doublings = 0
+    width = base
     while width < cap:
         width *= 2
         doublings += 1

@@ -179,7 +179,8 @@ def _revoke_into(
     revocation: Revocation, app: Celery, task_ids: list[str], in_flight: list[str]
 ) -> None:
     outcome = revoke(app, task_ids)
-    revocation.sent, revocation.error = bool(outcome.get("revoked")), str(outcome.get("error", ""))
+    revocation.sent = bool(outcome.get("revoked"))
+    revocation.error = str(outcome.get("error", ""))
     if revocation.sent:
         return
     # Never silent: the caller may have committed long after the cancel returned.

@@ -307,7 +307,8 @@ def requeue(app: Celery, letter_id: int, *, by: str = "", using: str | None = No
             f"Cannot requeue dead letter {letter_id}: it was stored without its arguments "
             "(see its exception message); dispatch the task again yourself."
         )
-    config, now = OutboxConfig.from_celery(app), store.now(using=using)
+    config = OutboxConfig.from_celery(app)
+    now = store.now(using=using)
     options = {k: v for k, v in letter.options.items() if k in ROUTING_KEYS and v is not None}
     canvas = letter.options.get("canvas") or {}
     options.update(canvas)  # a workflow step resumes its workflow where it stopped

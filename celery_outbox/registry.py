@@ -32,7 +32,8 @@ _ACCEPTED = (
 def install_store(app: Celery, store: OutboxStore) -> None:
     """Make ``store`` the outbox store of ``app`` (before ``outbox_store`` and the default)."""
     state = state_of(app)
-    state.store, state.relay = store, None
+    state.store = store
+    state.relay = None
 
 
 def store_for(app: Celery) -> OutboxStore:

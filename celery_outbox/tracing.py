@@ -77,7 +77,8 @@ def current_headers() -> dict[str, str]:
     if not ENABLED:
         return {}
     global _LAST_HEADERS
-    current, textmap = otel_context.get_current(), propagate.get_global_textmap()
+    current = otel_context.get_current()
+    textmap = propagate.get_global_textmap()
     last = _LAST_HEADERS
     if last is not None and last[0] is current and last[1] is textmap:
         return dict(last[2])
@@ -184,7 +185,8 @@ def publishing_batch(
             stored = trace_headers(headers)
             if stored:
                 groups.setdefault(tuple(sorted(stored.items())), []).append(index)
-    spans, dispatchers = [], []
+    spans = []
+    dispatchers = []
     now = clock() if groups else None
     for key, members in groups.items():
         if len(members) < 2:
@@ -265,7 +267,8 @@ def _dispatching_span(parent: Any) -> Any:
     current = trace.get_current_span()
     if not current.is_recording():
         return None
-    mine, stored = current.get_span_context(), trace.get_current_span(parent).get_span_context()
+    mine = current.get_span_context()
+    stored = trace.get_current_span(parent).get_span_context()
     if mine.span_id != stored.span_id or mine.trace_id != stored.trace_id:
         return None
     return current
@@ -276,7 +279,8 @@ def _parent(stored: Mapping[str, str]) -> Any:
     last one is kept (rows of one request or batch share one; a context is immutable).
     """
     global _LAST_PARENT
-    key, textmap = tuple(stored.items()), propagate.get_global_textmap()
+    key = tuple(stored.items())
+    textmap = propagate.get_global_textmap()
     last = _LAST_PARENT
     if last is not None and last[0] == key and last[1] is textmap:
         return last[2]

@@ -109,7 +109,8 @@ def check_task_serializer(**kwargs: Any) -> list[CheckMessage]:
     try:
         written = set(prepare_accept_content([conf.task_serializer]) or ())
     except SerializerNotInstalled as exc:
-        written, reason = set(), str(exc)
+        written = set()
+        reason = str(exc)
     else:
         reason = ""
     if written and written <= set(prepare_accept_content(accept) or ()):

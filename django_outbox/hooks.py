@@ -53,7 +53,10 @@ class DispatchHook:
         when: SignalCallable | None = None,
         using: str | None = None,
     ) -> None:
-        self.signal, self.sender, self.task, self.using = signal, sender, task, using
+        self.signal = signal
+        self.sender = sender
+        self.task = task
+        self.using = using
         self._args = _bind(args) if args is not None else None
         self._kwargs = _bind(kwargs) if kwargs is not None else None
         self._when = _bind(when) if when is not None else None

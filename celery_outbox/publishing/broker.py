@@ -224,7 +224,8 @@ class Confirms:
         self._first = 1  # the tag of the first publish of the last unawaited()
         self._outcomes: list[bool | None] = []  # of each of its publishes (None: not yet)
         self._unsettled = 0  # how many of them are None
-        publish, select = channel._basic_publish, channel.confirm_select
+        publish = channel._basic_publish
+        select = channel.confirm_select
 
         def counted_publish(*args: Any, **kwargs: Any) -> Any:
             self.last_tag += 1  # if it raises, the connection is dropped with this count
@@ -234,7 +235,8 @@ class Confirms:
             self.last_tag = self._floor = 0
             return select(*args, **kwargs)
 
-        channel._basic_publish, channel.confirm_select = counted_publish, counted_select
+        channel._basic_publish = counted_publish
+        channel.confirm_select = counted_select
         channel.events["basic_ack"].add(partial(self._settle, acked=True))
         channel.events["basic_nack"].add(partial(self._settle, acked=False))
 
@@ -244,7 +246,8 @@ class Confirms:
         (:meth:`wait` waits for them all; :meth:`outcomes` tells them after an error).
         """
         channel = self.channel
-        self._outcomes, self._unsettled = [], 0
+        self._outcomes = []
+        self._unsettled = 0
         if not channel._confirm_selected:  # as basic_publish_confirm does
             channel._confirm_selected = True
             channel.confirm_select()
@@ -255,7 +258,8 @@ class Confirms:
             self._outcomes.append(None)
             self._unsettled += 1
 
-        confirming, channel.basic_publish = channel.basic_publish, publish
+        confirming = channel.basic_publish
+        channel.basic_publish = publish
         try:
             yield
         finally:
@@ -276,7 +280,8 @@ class Confirms:
             self.channel.connection.drain_events(timeout=deadline.check())
             if self._unsettled < unsettled:
                 deadline.progressed()
-        settled, self._outcomes = [bool(acked) for acked in self._outcomes], []
+        settled = [bool(acked) for acked in self._outcomes]
+        self._outcomes = []
         return settled
 
     def outcomes(self) -> list[bool | None]:

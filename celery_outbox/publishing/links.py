@@ -101,12 +101,14 @@ class BrokerLinks(threading.local):
 
     def close(self, deadline: Deadline) -> None:
         """Release the connection, each goodbye awaited at most the time ``deadline`` leaves."""
-        conn, self.connection = self.connection, None
+        conn = self.connection
+        self.connection = None
         if conn is not None:
             broker.close(conn, deadline)
 
     def discard(self) -> None:
         """After a failure: drop the connection without waiting for a stalled broker."""
-        conn, self.connection = self.connection, None
+        conn = self.connection
+        self.connection = None
         if conn is not None:
             broker.discard(conn)

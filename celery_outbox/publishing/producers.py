@@ -59,7 +59,8 @@ class MessageSends:
     """
 
     def __init__(self, links: BrokerLinks, clock: Callable[[], datetime]) -> None:
-        self.links, self.clock = links, clock
+        self.links = links
+        self.clock = clock
 
     def through_kombu(
         self, producer: Producer, message: NewMessage, headers: dict[str, Any], deadline: Deadline
@@ -162,7 +163,10 @@ class Producers:
         batch_bytes: int,
         clock: Callable[[], datetime],
     ) -> None:
-        self.app, self.timeout, self.batch_bytes, self.clock = app, timeout, batch_bytes, clock
+        self.app = app
+        self.timeout = timeout
+        self.batch_bytes = batch_bytes
+        self.clock = clock
         self._local = BrokerLinks(app)
         self._sends = MessageSends(self._local, clock)
 
@@ -260,10 +264,12 @@ class Producers:
                 self._local.declare(
                     producer, {n for m in pending for n in m.options.get("declare") or ()}
                 )
-                within, send = push.pushing(), self._sends.into(push, deadline)
+                within = push.pushing()
+                send = self._sends.into(push, deadline)
             else:
                 size = _COMMANDS_PER_MESSAGE * len(pending)
-                within, send = producer.batch(max_size=size), self._sends.through_kombu  # type: ignore[attr-defined]
+                within = producer.batch(max_size=size)  # type: ignore[attr-defined]
+                send = self._sends.through_kombu
             with self._publishing_all(producer, pending, deadline, path, within, send):
                 pass  # the pipeline is flushed when ``within`` ends
         except Exception as exc:  # noqa: BLE001 - fall back: each row succeeds or fails alone

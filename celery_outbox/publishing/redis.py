@@ -60,7 +60,9 @@ class RedisPush:
     def __init__(self, producer: Producer) -> None:
         self.producer: Any = producer
         self.channel: Any = producer.channel
-        self._tag_pid, self._tag_prefix, self._tags = 0, "", itertools.count()
+        self._tag_pid = 0
+        self._tag_prefix = ""
+        self._tags = itertools.count()
         self._lists: dict[str, list[str]] = {}
         self._expiring: dict[str, Any] = {}
 
@@ -95,7 +97,8 @@ class RedisPush:
         """Buffer one message: ``body`` as stored, with ``headers`` and ``properties`` as
         they would be handed to ``Producer.publish`` (fresh dicts: the message keeps them).
         """
-        channel, queue = self.channel, options.get("routing_key", "")
+        channel = self.channel
+        queue = options.get("routing_key", "")
         priority = properties.pop("priority", 0)
         expiration = properties.pop("expiration", None)
         _, properties["delivery_mode"] = self.producer._delivery_details(
@@ -130,7 +133,8 @@ class RedisPush:
         with one command to build, send and answer instead of hundreds. Then kombu's
         expiry of each expiring queue's lists, as kombu sets it after each message.
         """
-        self._lists, self._expiring = {}, {}
+        self._lists = {}
+        self._expiring = {}
         try:
             yield
             if len(self._lists) == 1 and not self._expiring:  # one command: no pipeline
@@ -149,12 +153,14 @@ class RedisPush:
                         pipeline.pexpire(self.channel._q_for_pri(queue, step), expiry)
                 pipeline.execute()
         finally:
-            self._lists, self._expiring = {}, {}
+            self._lists = {}
+            self._expiring = {}
 
     def _tag(self) -> str:
         # A forked child inherits this object: it draws a prefix of its own, or two
         # processes would hand out the same tags (kombu's unacked messages are kept by tag).
         if self._tag_pid != os.getpid():
-            self._tag_pid, self._tag_prefix = os.getpid(), str(uuid.uuid4())[:24]
+            self._tag_pid = os.getpid()
+            self._tag_prefix = str(uuid.uuid4())[:24]
             self._tags = itertools.count()
         return f"{self._tag_prefix}{next(self._tags) % 16**12:012x}"

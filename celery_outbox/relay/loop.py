@@ -73,7 +73,8 @@ class Wakeups:
         retry: float = RETRY_LISTEN,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.retry, self.clock = retry, clock
+        self.retry = retry
+        self.clock = clock
         self._slots = [_Slot(connect) for connect in connectors]
 
     @property
@@ -113,7 +114,8 @@ class Wakeups:
         """LISTEN on each database not listened on whose retry time has come; whether one
         started (the caller sweeps: rows may have come while nobody listened).
         """
-        now, started = self.clock(), False
+        now = self.clock()
+        started = False
         for slot in self._slots:
             if slot.connection is None and now >= slot.retry_at:
                 started = slot.listen(now=now, retry=self.retry) or started
@@ -174,7 +176,8 @@ class _Slot:
             return False
         if self.failing:
             logger.warning("celery-outbox: listening for new outbox rows again")
-        self.connection, self.failing = connection, False
+        self.connection = connection
+        self.failing = False
         return True
 
     def drain(self, retry_at: float) -> None:
@@ -195,10 +198,12 @@ class _Slot:
                 "celery-outbox: lost the LISTEN connection (%s); polling until it is back", exc
             )
             self.close()
-            self.retry_at, self.failing = retry_at, True
+            self.retry_at = retry_at
+            self.failing = True
 
     def close(self) -> None:
-        connection, self.connection = self.connection, None
+        connection = self.connection
+        self.connection = None
         if connection is not None:
             with contextlib.suppress(Exception):
                 connection.close()
@@ -241,7 +246,8 @@ class RelayLoop:
     """Runs ``sweeper``'s passes until stopped; ``listen``: LISTEN where there is NOTIFY."""
 
     def __init__(self, sweeper: Sweeps, *, listen: bool = True) -> None:
-        self.sweeper, self.listen = sweeper, listen
+        self.sweeper = sweeper
+        self.listen = listen
         self._purged: datetime | None = None
         #: Each database's clock when its last sweep began (see :meth:`_until_due`).
         self._swept_at: dict[str | None, datetime] = {}
@@ -277,12 +283,15 @@ class RelayLoop:
         pause before the next pass and the count of passes in a row that failed.
         """
         sweeper = self.sweeper
-        more, failed = False, False
+        more = False
+        failed = False
         counts = {"published": 0, "failed": 0, "rescheduled": 0}
         try:
-            now, purge = sweeper.now(), self._purge_due()
+            now = sweeper.now()
+            purge = self._purge_due()
         except StoreError:
-            now, purge = None, False  # the default database's clock: maintenance waits
+            now = None  # the default database's clock: maintenance waits
+            purge = False
         for alias in aliases:
             try:
                 self._swept_at[alias] = sweeper.now(alias)

@@ -60,7 +60,8 @@ def sort_out(
     """``messages`` split into those that can be published and, by id, why the others cannot."""
     # Read once per batch, not per row: a lookup in Celery's settings costs about a third
     # of a row's check.
-    tasks, accept = app.tasks, _accepted(app)
+    tasks = app.tasks
+    accept = _accepted(app)
     publishable: list[StoredMessage] = []
     refused: dict[int, str] = {}
     for message in messages:
@@ -168,9 +169,12 @@ class Relay:
         clock: Clock | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        self.app, self.store, self.config = app, store, config
+        self.app = app
+        self.store = store
+        self.config = config
         #: ``None``: each database's own clock (``store.now``), as in production.
-        self.clock, self.rng = clock, rng or random.Random()
+        self.clock = clock
+        self.rng = rng or random.Random()
         #: The broker side: connections, producers, queues and the publish pass.
         self.producers = Producers(
             app,
@@ -249,7 +253,8 @@ class Relay:
     ) -> PublishReport:
         # Claim by at most outbox_sweep_batch_bytes of payload at a time, so a long list
         # of large rows is never held in memory at once; each claim takes at least one row.
-        report, left = PublishReport(), list(ids)
+        report = PublishReport()
+        left = list(ids)
         while left:
             now = self.now(using)
             claim = self.store.claim(
@@ -285,7 +290,8 @@ class Relay:
         """
         if not claim.messages:
             return PublishReport()
-        pending, fatal = list(claim.messages), dict[int, str]()
+        pending = list(claim.messages)
+        fatal = dict[int, str]()
         if validate:
             pending, fatal = sort_out(
                 self.app, claim.messages, max_payload_bytes=self.config.max_payload_bytes
@@ -401,7 +407,8 @@ def _merged(first: PublishReport, second: PublishReport) -> PublishReport:
 
 def relay_for(app: Celery) -> Relay:
     """The relay publishing ``app``'s rows through its store (one per app and store)."""
-    store, state = store_for(app), state_of(app)
+    store = store_for(app)
+    state = state_of(app)
     relay = state.relay
     if not isinstance(relay, Relay) or relay.store is not store:
         relay = Relay(app, store=store, config=OutboxConfig.from_celery(app))

@@ -69,7 +69,9 @@ class ClaimAhead:
     def __init__(
         self, store: OutboxStore, claim: Callable[[], Claim], *, using: str | None
     ) -> None:
-        self.store, self.claim, self.using = store, claim, using
+        self.store = store
+        self.claim = claim
+        self.using = using
         self._thread: ThreadPoolExecutor | None = None
         self._next: Future[Claim] | None = None
 
@@ -88,7 +90,8 @@ class ClaimAhead:
         """The claim :meth:`start` began, once made; raises what it raised."""
         if self._next is None:
             raise RuntimeError("no claim was started")
-        future, self._next = self._next, None
+        future = self._next
+        self._next = None
         return future.result()
 
     def __enter__(self) -> ClaimAhead:
@@ -208,8 +211,12 @@ class Sweeper:
         clock: Clock | None = None,
         budget: timedelta = SWEEP_BUDGET,
     ) -> None:
-        self.app, self.store, self.relay, self.config = app, store, relay, config
-        self.clock, self.budget = clock, budget
+        self.app = app
+        self.store = store
+        self.relay = relay
+        self.config = config
+        self.clock = clock
+        self.budget = budget
         self._noted: dict[str | None, datetime] = {}
 
     # -- one pass -------------------------------------------------------------------
@@ -236,7 +243,8 @@ class Sweeper:
             self._note_sweep(using)
             claim = self._claim(using)
             while claim.messages:
-                more, over = self._full(claim), self.now(using) >= deadline
+                more = self._full(claim)
+                over = self.now(using) >= deadline
                 # A full batch means a backlog: the next batch is claimed as this one publishes.
                 started = more and not over and ahead.start()
                 batch = self._publish(claim, using, path)
@@ -316,7 +324,8 @@ class Sweeper:
         keeps its record fresh too. A store that cannot record it is logged, and the
         sweep goes on: publishing matters more than the health check's record.
         """
-        now, every = self.now(using), self.config.sweep_interval
+        now = self.now(using)
+        every = self.config.sweep_interval
         noted = self._noted.get(using)
         if noted is not None and now - noted < every / 2:
             return

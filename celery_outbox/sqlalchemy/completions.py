@@ -159,7 +159,8 @@ def write_held_insert(conn: Connection) -> None:
     held = _held.get()
     if held is None or held.insert is None or held.conn is not conn:
         return
-    row, held.insert = held.insert, None
+    row = held.insert
+    held.insert = None
     _defer(held.session, conn, row, inserts.insert_pending(conn, row.table, row.values))
 
 

@@ -106,7 +106,8 @@ def requeue(
     now: datetime,
 ) -> tuple[str, int | None]:
     """Mark a ``dead`` letter requeued and insert ``message`` (row values); see the store."""
-    table, task_id = tables.dead_letter, str(message["task_id"])
+    table = tables.dead_letter
+    task_id = str(message["task_id"])
     # A compare-and-set on the status: two concurrent requeues write one row.
     marked = conn.execute(
         update(table)

@@ -78,7 +78,8 @@ class PublishedRows:
     ) -> None:
         self._delete = delete
         self._flush_after = flush_after
-        self._release, self._idle_after = release, idle_after
+        self._release = release
+        self._idle_after = idle_after
         self._rows: dict[int, datetime] = {}
         self._deleting: dict[int, datetime] = {}  # the rows of the DELETE running now
         self._tasks: dict[int, str] = {}  # the task id of each row waiting or deleting
@@ -136,7 +137,8 @@ class PublishedRows:
     def flush(self) -> None:
         """Delete every row waiting now, on the calling thread. Never raises (logged)."""
         with self._ready:
-            rows, self._rows = self._rows, {}
+            rows = self._rows
+            self._rows = {}
             self._deleting = rows
         if not rows:
             return
@@ -161,7 +163,9 @@ class PublishedRows:
         if self._pid == pid:
             return
         if self._pid is not None:  # forked: the parent's rows are the parent's to delete
-            self._rows, self._deleting, self._tasks = {}, {}, {}
+            self._rows = {}
+            self._deleting = {}
+            self._tasks = {}
             self._ready = threading.Condition()
         self._pid = pid
         threading.Thread(target=self._run, name="celery-outbox-deletes", daemon=True).start()
@@ -192,7 +196,8 @@ class PublishedRows:
                     wait = self._idle_after if holding and self._release else None
                     if not self._ready.wait(wait):
                         break  # idle: release below
-                settling, self._settling = self._settling, []
+                settling = self._settling
+                self._settling = []
                 waiting = bool(self._rows)
             if waiting and not settling:
                 time.sleep(self._flush_after)

@@ -29,7 +29,10 @@ from celery_outbox.store.records import NewMessage
 #: Longest rendering of one argument in a description (longer ones are cut with "...").
 _REPR = reprlib.Repr()
 
-_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict = 60, 60, 10, 10
+_REPR.maxstring = 60
+_REPR.maxother = 60
+_REPR.maxlist = 10
+_REPR.maxdict = 10
 
 #: Options shown in a dispatch's description, when given.
 _SHOWN_OPTIONS = ("queue", "countdown", "eta", "priority", "routing_key", "expires")

@@ -327,7 +327,8 @@ def dead_letter_unknown(sender: Any, message: Any, name: str, id: str, **_: Any)
     except Exception:  # a body the worker cannot decode: nothing to keep but the log
         logger.exception("celery-outbox: could not read the unknown task %s[%s]", name, id)
         return None
-    headers, info = message.headers or {}, message.delivery_info or {}
+    headers = message.headers or {}
+    info = message.delivery_info or {}
     options = {
         "root_id": headers.get("root_id"),
         "parent_id": headers.get("parent_id"),
@@ -340,7 +341,8 @@ def dead_letter_unknown(sender: Any, message: Any, name: str, id: str, **_: Any)
         "headers": headers,
     }
     canvas = canvas_options(options, headers=(JOIN_HEADER,))
-    now, hostname = utcnow(), getattr(sender, "hostname", "this worker")
+    now = utcnow()
+    hostname = getattr(sender, "hostname", "this worker")
     anonymous = info.get("exchange") in ("", None)
     letter = build_dead_letter(
         task_name=name,

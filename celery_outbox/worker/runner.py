@@ -224,7 +224,9 @@ def _run_redelivered(
 ) -> Any:
     # A redelivered message may be one that keeps killing its worker: count it,
     # and past outbox_max_deliveries dead-letter it without running it again.
-    attempt, app, now = run.attempt, task.app, utcnow()
+    attempt = run.attempt
+    app = task.app
+    now = utcnow()
     store = store_for(app)
     try:
         limit = OutboxConfig.from_celery(app).max_deliveries

@@ -58,7 +58,8 @@ def dispatch_in_transaction(
     Celery's tracer would (same parent, root and priority), when ``durable`` holds for
     the task of each (an ``OutboxTask``); whether it did.
     """
-    app, request = task.app, task.request
+    app = task.app
+    request = task.request
     callbacks, chain = _compat.successors(request)
     if not callbacks and not chain:
         return False
@@ -185,7 +186,8 @@ class Step:
         return found is not None and found.status == "cancelled"
 
     def _join(self, result: str | None) -> None:
-        task, join = self.task, str(self.join)
+        task = self.task
+        join = str(self.join)
         store = store_for(task.app)
         using = atomic_alias(task, self.attempt)
         part = encode_part(task, None, text=result)

@@ -44,7 +44,8 @@ def warn_once(
     shape = tuple(names)
     if shape in _warned or not _enabled():
         return False
-    loose, plain = [], []
+    loose = []
+    plain = []
     for name in dict.fromkeys(shape):
         task = app.tasks.get(name)
         if task is None or not is_step_task(task):

@@ -148,7 +148,8 @@ def publish_messages_now(
     publish itself never raises (a broker that is down leaves the rows to the sweeper).
     """
     app = app or outbox_app()
-    store, alias = store_for(app), rows.db
+    store = store_for(app)
+    alias = rows.db
     ids = list(rows.pending().values_list("id", flat=True))
     with transaction.atomic(using=alias):
         changed = store.reset(ids, now=now or store.now(using=alias), using=alias)

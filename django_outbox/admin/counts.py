@@ -99,7 +99,8 @@ def hourly_series(
 
 
 #: Stand-ins for an hour's bounds while a series' SQL is built (replaced per hour).
-_FROM, _TO = datetime(1971, 1, 1, tzinfo=timezone.utc), datetime(1972, 1, 1, tzinfo=timezone.utc)
+_FROM = datetime(1971, 1, 1, tzinfo=timezone.utc)
+_TO = datetime(1972, 1, 1, tzinfo=timezone.utc)
 
 
 def _hour_statements(rows: QuerySet[Any], field: str, name: str) -> list[tuple[str, list[Any]]]:

@@ -317,9 +317,13 @@ def park_reason(attempts: int, last_error: str, options: Any) -> str:
 # --- Bar charts of counts per hour, drawn by the server as inline SVG.
 
 #: The drawing's size and its margins, in SVG units (pixels at 100 %).
-WIDTH, HEIGHT = 720, 180
+WIDTH = 720
+HEIGHT = 180
 
-LEFT, RIGHT, TOP, BOTTOM = 56, 8, 12, 28
+LEFT = 56
+RIGHT = 8
+TOP = 12
+BOTTOM = 28
 
 #: Hours between two labels of the time axis.
 LABEL_EVERY = 3
@@ -352,7 +356,8 @@ def bar_title(value: HourCount, noun: str) -> str:
 def bar_chart(counts: Sequence[HourCount], *, title: str, noun: str, colour: str) -> SafeString:
     """An SVG bar chart of ``counts`` (one bar per hour, oldest first)."""
     top = axis_top(max((c.count.value for c in counts), default=0))
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    plot_w = WIDTH - LEFT - RIGHT
+    plot_h = HEIGHT - TOP - BOTTOM
     slot = plot_w / max(len(counts), 1)
     bars = []
     labels = []

@@ -101,7 +101,8 @@ def _from_meta(
     errors = []
     if state in states.EXCEPTION_STATES:
         errors.append(_backend_error(meta))
-    worker, attempts = meta.get("worker"), int(meta.get("retries") or 0) + 1
+    worker = meta.get("worker")
+    attempts = int(meta.get("retries") or 0) + 1
     result = _result(
         backend,
         _definition(meta["name"], result_id),
