@@ -9,6 +9,7 @@ a CI run must never pass by skipping (STYLE.md section 7).
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -301,3 +302,12 @@ def summary_lines() -> list[str]:
         f"Start it or set {result.service.env_var}."
         for result in probed_unreachable()
     ]
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on right now: a server that is down, or the port of a
+    throwaway one a test is about to start.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

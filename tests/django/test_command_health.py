@@ -6,7 +6,6 @@ as a Kubernetes probe runs it).
 from __future__ import annotations
 
 import io
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from tests.django import outbox_command_app
 from tests.django.celery_app import create_app
 from tests.django.helpers import database_url
 from tests.django.outbox_command_app import APP_PATH
+from tests.services import free_port
 from tests.worker import REPO_ROOT, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -153,12 +153,6 @@ def test_a_bad_limit_is_an_error_naming_the_value(app: Celery, option: str, valu
         health(option, value)
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def run_probe(db_url: str) -> subprocess.CompletedProcess[str]:
     """``manage.py outbox health`` in a process of its own, as a probe runs it."""
     env = {
@@ -184,7 +178,7 @@ def test_the_probe_process_exits_0_when_healthy(app: Celery) -> None:
 
 
 def test_an_unreachable_database_is_a_reason_never_a_traceback() -> None:
-    probe = run_probe(f"postgresql://postgres@127.0.0.1:{closed_port()}/nowhere")
+    probe = run_probe(f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere")
 
     assert probe.returncode == 1
     assert "Traceback" not in probe.stderr

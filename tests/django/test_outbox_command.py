@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from tests.django.admin_app import make_letter
 from tests.django.celery_app import RECORD, create_app, runs
 from tests.django.helpers import database_url
 from tests.django.outbox_command_app import APP_PATH
+from tests.services import free_port
 from tests.worker import REPO_ROOT, WorkerProcess, wait_for, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -91,12 +91,6 @@ def committed_rows(
     if created_at is not None:
         OutboxMessage.objects.filter(task_id__in=task_ids).update(created_at=created_at)
     return task_ids
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- status ------------------------------------------------------------------------------
@@ -168,7 +162,7 @@ def test_status_counts_workflows_by_status(use_app: Any) -> None:
 
 def test_a_row_past_its_publish_attempts_is_failed_and_counted_by_status(use_app: Any) -> None:
     app = use_app(
-        f"amqp://guest:guest@127.0.0.1:{closed_port()}//",
+        f"amqp://guest:guest@127.0.0.1:{free_port()}//",
         "down-q",
         outbox_publish_max_attempts=2,
         outbox_publish_timeout=0.5,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -38,7 +37,7 @@ from tests.django.test_other_databases import run_django
 from tests.django.test_unstorable_dead_letters_e2e import letters as other_letters
 from tests.reliability.mariadb_server import ThrowawayMariaDB
 from tests.reliability.servers import ServerUnavailable
-from tests.services import parse_db_url, services_required
+from tests.services import free_port, parse_db_url, services_required
 from tests.worker import WorkerProcess, wait_for
 
 SIZE = 9_000_000
@@ -229,12 +228,6 @@ def test_a_letter_mariadb_refuses_as_too_big_is_stored_minimal_on_a_new_connecti
     assert "put back" not in log
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_a_store_that_stays_down_holds_the_message_after_its_put_backs(
     postgres_database_url: str,
     redis_url: str,
@@ -243,7 +236,7 @@ def test_a_store_that_stays_down_holds_the_message_after_its_put_backs(
     celery_worker_process: StartWorker,
 ) -> None:
     output = tmp_path / "attempts.jsonl"
-    down = f"postgresql://postgres@127.0.0.1:{closed_port()}/nowhere"
+    down = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
     worker = start(
         celery_worker_process, down, redis_url, queue_name, output, outbox_store_requeues=2
     )

@@ -14,15 +14,8 @@ from kombu import Connection
 from kombu.message import Message
 
 from tests.brokers import celery_queue
-from tests.services import PROBE_TIMEOUT
+from tests.services import PROBE_TIMEOUT, free_port
 from tests.worker import wait_for
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ThrowawayRedis:

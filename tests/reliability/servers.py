@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import IO, Literal
 
+from tests.services import free_port
 from tests.worker import wait_for
 
 #: How a server is stopped: ``"terminate"`` (clean shutdown), ``"kill"`` (SIGKILL, a crash).
@@ -26,14 +27,6 @@ StopMode = Literal["terminate", "kill"]
 
 class ServerUnavailable(RuntimeError):
     """The binaries are missing or the server would not start; the message says why."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def port_open(port: int) -> bool:

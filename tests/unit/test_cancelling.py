@@ -6,7 +6,6 @@ that is down never fails the cancel.
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -18,12 +17,7 @@ from celery_outbox.clock import utcnow
 from celery_outbox.registry import install_store
 from celery_outbox.state import reset
 from celery_outbox.testing import InMemoryOutboxStore
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.services import free_port
 
 
 def body() -> None:
@@ -38,7 +32,7 @@ def store() -> InMemoryOutboxStore:
 @pytest.fixture
 def app(store: InMemoryOutboxStore, queue_name: str) -> Iterator[Celery]:
     # a broker nobody listens on: the revoke cannot be sent, and says why
-    app = Celery("cancel-unit", broker=f"redis://127.0.0.1:{closed_port()}/0", set_as_current=False)
+    app = Celery("cancel-unit", broker=f"redis://127.0.0.1:{free_port()}/0", set_as_current=False)
     app.conf.update(task_default_queue=queue_name, outbox_publish_timeout=0.5)
     app.task(base=OutboxTask, name="unit.cancel", shared=False)(body)
     install_store(app, store)

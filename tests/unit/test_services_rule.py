@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.services import free_port
 from tests.worker import REPO_ROOT
 
 NEEDS_REDIS = """
@@ -21,16 +21,10 @@ def test_needs_redis(redis_url: str) -> None:
 """
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _run_pytest(tmp_path: Path, *, require: bool) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_needs_redis.py").write_text(NEEDS_REDIS)
     env = {key: value for key, value in os.environ.items() if key != "OUTBOX_REQUIRE_SERVICES"}
-    env["OUTBOX_TEST_REDIS_URL"] = f"redis://127.0.0.1:{_closed_port()}/0"
+    env["OUTBOX_TEST_REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
     env["PYTHONPATH"] = str(REPO_ROOT)
     if require:
         env["OUTBOX_REQUIRE_SERVICES"] = "1"

@@ -7,7 +7,6 @@ Over kombu's in-memory broker and a closed port; real brokers (and a stalled one
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -22,6 +21,7 @@ from celery_outbox import OutboxTask
 from celery_outbox.publishing.producers import Producers, Sent, describe
 from celery_outbox.store.records import NewMessage, StoredMessage
 from tests.messages import NOW, numbered, stored
+from tests.services import free_port
 
 
 @pytest.fixture
@@ -39,9 +39,8 @@ def app(queue_name: str) -> Iterator[Celery]:
 
 @pytest.fixture
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nobody listens on: a broker that is down."""
+    return free_port()
 
 
 def producers(app: Celery, *, batch_bytes: int = 1 << 20, timeout: float = 5.0) -> Producers:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
@@ -20,6 +19,7 @@ from celery_outbox.relay.sweeper import Sweeper, SweepReport
 from celery_outbox.store.records import Claim, MessageStatus, NewMessage
 from celery_outbox.testing import InMemoryOutboxStore
 from tests.messages import numbered
+from tests.services import free_port
 from tests.unit.worker.support import queued_ids
 
 START = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -71,9 +71,7 @@ def store(app: Celery, clock: FakeClock) -> InMemoryOutboxStore:
 @pytest.fixture
 def closed_port() -> int:
     """A loopback port nobody listens on: a broker that is down."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_port()
 
 
 def make_sweeper(
