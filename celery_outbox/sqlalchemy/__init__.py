@@ -19,6 +19,8 @@ dispatches and its ``CompletedTask`` row commit together.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from celery_outbox.sqlalchemy.completions import atomic_session
 from celery_outbox.sqlalchemy.store import SQLAlchemyOutboxStore
 from celery_outbox.sqlalchemy.tables import (
@@ -37,7 +39,12 @@ from celery_outbox.sqlalchemy.types import UTCDateTime
 from celery_outbox.store.records import DELIVERY_TABLE
 from celery_outbox.store.schema import PENDING_TASK_INDEX
 
+#: The folder of the outbox's Alembic revisions (branch label ``celery_outbox``): add it to
+#: your ``version_locations`` and run ``alembic upgrade celery_outbox@head``.
+ALEMBIC_VERSIONS: str = str(Path(__file__).parent / "alembic_versions")
+
 __all__ = [
+    "ALEMBIC_VERSIONS",
     "DELIVERY_TABLE",
     "PENDING_TASK_INDEX",
     "OutboxTables",
