@@ -90,6 +90,11 @@ class DatabaseClock:
         self._given = value
         return value
 
+    def serves(self, seconds: float) -> bool:
+        """Whether the reading held serves ``seconds`` more (a call makes no round trip)."""
+        reading = self._reading
+        return reading is not None and 0 <= self.monotonic() - reading[1] < self.every - seconds
+
     def _read(self) -> tuple[datetime, float]:
         with self._lock:
             reading = self._reading

@@ -13,6 +13,7 @@ from celery.result import AsyncResult
 from kombu.utils.uuid import uuid
 
 from celery_outbox.config import OutboxConfig
+from celery_outbox.dispatch import asynchronous
 from celery_outbox.dispatch.batching import current_batch
 from celery_outbox.dispatch.eager import apply_on_commit
 from celery_outbox.dispatch.envelope import build_call
@@ -248,6 +249,22 @@ class OutboxTask(_TaskBase):
         ):
             written(store.add(message, using=using, supersedes=supersedes))
         return call.result
+
+    async def aapply_async(
+        self,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> AsyncResult[Any]:
+        """:meth:`apply_async` for ``async def`` code: the same row, options and result;
+        the event loop never waits on the database or the broker (docs/async.md).
+        """
+        result: AsyncResult[Any] = await asynchronous.aapply_async(self, args, kwargs, **options)
+        return result
+
+    async def adelay(self, *args: Any, **kwargs: Any) -> AsyncResult[Any]:
+        """:meth:`delay` for ``async def`` code (see :meth:`aapply_async`)."""
+        return await self.aapply_async(args, kwargs)
 
     def delay_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult[Any]:
         """Same as :meth:`delay`: an outbox task is always published on commit, durably."""

@@ -102,6 +102,13 @@ class SQLAlchemyMonitoring(OutboxStore):
             return self.clock()
         return self._database_clock()
 
+    def now_reads(self) -> bool:
+        """Whether :meth:`now` may make a round trip soon (its reading runs out within a
+        second): an async dispatch reads it off the event loop first.
+        """
+        clocked = self.engine.dialect.name in _CLOCKED_DIALECTS
+        return clocked and not self._database_clock.serves(1.0)
+
     @functools.cached_property
     def _database_clock(self) -> DatabaseClock:
         return DatabaseClock(self._read_clock)

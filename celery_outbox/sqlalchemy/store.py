@@ -26,21 +26,22 @@ row's due time is one probe of the due-row index on every dialect.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from sqlalchemy import Connection, Engine, delete, func, or_, select, type_coerce
 from sqlalchemy.orm import Session, scoped_session
 
 from celery_outbox.clock import Clock, utcnow
+from celery_outbox.sqlalchemy import asynchronous, transactions
 from celery_outbox.sqlalchemy import completions as last_writes
 from celery_outbox.sqlalchemy import statements as claims
 from celery_outbox.sqlalchemy import statements as inserts
 from celery_outbox.sqlalchemy import statements as sql
-from celery_outbox.sqlalchemy import transactions
 from celery_outbox.sqlalchemy.completions import SQLAlchemyCompletions
 from celery_outbox.sqlalchemy.letters import SQLAlchemyDeadLetters
 from celery_outbox.sqlalchemy.monitoring import SQLAlchemyMonitoring
@@ -58,6 +59,14 @@ from celery_outbox.store.records import (
     cancelled_row,
     message_columns,
 )
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+#: A sync ``Session`` or an ``AsyncSession`` (see ``bind_session``).
+_AnySession = TypeVar("_AnySession", bound=Union[Session, "AsyncSession"])
+#: What a sync dispatch returns (see ``run_dispatch``).
+_Result = TypeVar("_Result")
 
 # --- Batched dispatch in the SQLAlchemy store (:mod:`celery_outbox.dispatch.batching`).
 
@@ -205,23 +214,44 @@ class SQLAlchemyOutboxStore(
 
     # -- the caller's transaction -------------------------------------------------
     @contextmanager
-    def bind_session(self, session: Session) -> Iterator[Session]:
+    def bind_session(self, session: _AnySession) -> Iterator[_AnySession]:
         """Within this block, dispatches in this context write to ``session``.
 
         The rows are part of the session's transaction (it begins one if needed) and
         are published after it commits; a rollback, or the rollback of the savepoint
-        they were written in, discards them.
+        they were written in, discards them. An ``AsyncSession`` takes ``await
+        task.adelay(...)``, and its commits publish off the event loop
+        (:mod:`~celery_outbox.sqlalchemy.asynchronous`); one of another database than
+        ``engine``'s is an :class:`~celery_outbox.exceptions.OutboxConfigError`.
         """
-        token = self._bound.set(session)
+        bound: Session
+        if isinstance(session, Session):
+            bound = session
+        else:
+            bound = asynchronous.bind_async(self.engine, session, clause=self.tables.outbox)
+        token = self._bound.set(bound)
         try:
             yield session
         finally:
             self._bound.reset(token)
 
+    async def run_dispatch(self, dispatch: Callable[[], _Result]) -> _Result:
+        """With an ``AsyncSession`` bound: inside its ``run_sync``, on its connection;
+        otherwise in a worker thread, committing at once through ``engine``.
+        """
+        session = self._bound.get()
+        bound = None if session is None else asynchronous.async_session_of(session)
+        if bound is None:
+            return await super().run_dispatch(dispatch)
+        if self.now_reads():  # the database clock's round trip, off the loop
+            await asyncio.to_thread(self.now)
+        return await asynchronous.run_in_session(bound, dispatch)
+
     def current_session(self) -> Session | None:
         """The session dispatches write to now, or ``None`` (they commit at once)."""
         session = self._bound.get()
         if session is not None:
+            asynchronous.check_usable(session)
             return session
         scoped = self.scoped_session
         current = scoped() if scoped is not None and scoped.registry.has() else None

@@ -22,8 +22,9 @@ the raw DBAPI cursor is not seen.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable
-from contextvars import ContextVar
+from contextvars import ContextVar, copy_context
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,12 +35,16 @@ from celery_outbox.store.base import PublishCallback, publisher_key
 from celery_outbox.store.records import StoredMessage
 
 _INFO_KEY = "celery_outbox.after_commit"
+#: ``Session.info`` key: what runs a committed transaction's callbacks (``run_callbacks_with``).
+_RUNNER_KEY = "celery_outbox.callback_runner"
 #: ``Connection.info`` key: savepoints rolled back on that database connection so far.
 _ROLLBACKS_KEY = "celery_outbox.savepoint_rollbacks"
 #: The rows known committed while their transaction's callbacks run.
 _committed: ContextVar[frozenset[int]] = ContextVar("celery_outbox_committed", default=frozenset())
 
 Callback = Callable[[], None]
+#: Runs a committed transaction's callbacks (one job, in order), e.g. on another thread.
+Runner = Callable[[Callback], None]
 
 
 @dataclass
@@ -83,6 +88,15 @@ def committed_rows() -> frozenset[int]:
     known to exist (no savepoint rolled back since they were written); else empty.
     """
     return _committed.get()
+
+
+def run_callbacks_with(session: Session, runner: Runner) -> None:
+    """Have ``runner`` run the callbacks of ``session``'s commits (one job per commit, the
+    callbacks in order, in a copy of the committing context) instead of running them on the
+    committing thread: an ``AsyncSession`` commits on the event loop's thread, which must
+    not wait on the broker (:mod:`celery_outbox.sqlalchemy.asynchronous`).
+    """
+    session.info[_RUNNER_KEY] = runner
 
 
 def doubt_rows(session: Session) -> None:
@@ -202,9 +216,19 @@ def _after_transaction_end(session: Session, transaction: SessionTransaction) ->
     state.pending.clear()
     state.batches.clear()
     state.watch, state.unsure = None, False
-    token = _committed.set(committed)
-    try:
-        for callback in ready:
-            callback()
-    finally:
-        _committed.reset(token)
+    if not ready:
+        return
+
+    def run() -> None:
+        token = _committed.set(committed)
+        try:
+            for callback in ready:
+                callback()
+        finally:
+            _committed.reset(token)
+
+    runner: Runner | None = session.info.get(_RUNNER_KEY)
+    if runner is None:
+        run()
+    else:
+        runner(functools.partial(copy_context().run, run))

@@ -76,12 +76,13 @@ store, :class:`celery_outbox.sqlalchemy.SQLAlchemyOutboxStore`, or in tests
 from __future__ import annotations
 
 import abc
+import asyncio
 import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from celery_outbox.clock import utcnow
 from celery_outbox.exceptions import AtomicUnsupported
@@ -516,6 +517,9 @@ PublishCallback = Callable[[Sequence[StoredMessage]], object]
 #: Whether a new message takes the place of the pending row of its task id (see ``add``).
 Supersedes = Callable[[StoredMessage], bool]
 
+#: What a sync dispatch returns (see ``run_dispatch``).
+_Result = TypeVar("_Result")
+
 
 def within_budget(sizes: Iterable[int], max_bytes: int | None) -> int:
     """How many of the leading rows of sizes ``sizes`` one claim of ``max_bytes`` takes.
@@ -580,6 +584,16 @@ class OutboxStore(
         committed before this returns. The row's ``locked_until`` is the message's: a
         row born leased is left to its on-commit publisher (no claim takes it) until then.
         """
+
+    async def run_dispatch(self, dispatch: Callable[[], _Result]) -> _Result:
+        """Run ``dispatch`` (a sync ``apply_async``, a group's, a batch) for a caller on an
+        event loop (``adelay``/``aapply_async``: :mod:`celery_outbox.dispatch.asynchronous`).
+
+        Each store decides where its blocking work runs so that the loop never waits on
+        the database or the broker. The default: a worker thread (``asyncio.to_thread``,
+        the caller's context copied), writing through the store's own transactions.
+        """
+        return await asyncio.to_thread(dispatch)
 
     @abc.abstractmethod
     def on_commit(self, callback: Callable[[], None], *, using: str | None = None) -> None:

@@ -43,7 +43,7 @@ import functools
 import sqlite3
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections, transaction
 from django.db.models import Min, Q
@@ -63,7 +63,7 @@ from celery_outbox.store.records import (
 from django_outbox._compat import new_connection, on_commit_callbacks
 from django_outbox.models import OutboxMessage
 from django_outbox.settings import settings
-from django_outbox.store import letters
+from django_outbox.store import asynchronous, letters
 from django_outbox.store import rows as convert
 from django_outbox.store import transactions as batches
 from django_outbox.store import transactions as commits
@@ -217,6 +217,9 @@ class DjangoWakeups(OutboxStore):
 
 # --- ``DjangoOutboxStore``: the outbox through Django's ORM and its transactions.
 
+#: What a sync dispatch returns (see ``run_dispatch``).
+_Result = TypeVar("_Result")
+
 
 class DjangoOutboxStore(
     DjangoCompletions, DjangoWorkflows, DjangoMonitoring, DjangoWakeups, DjangoClaimThreads
@@ -224,6 +227,19 @@ class DjangoOutboxStore(
     """The ORM store ``django_outbox`` installs as the default store in ``ready()``."""
 
     # -- dispatch -----------------------------------------------------------------------
+    async def run_dispatch(self, dispatch: Callable[[], _Result]) -> _Result:
+        """In ``sync_to_async(thread_sensitive=True)``: Django's thread for sync code, its
+        connection and transaction (:mod:`~django_outbox.store.asynchronous`).
+        """
+        return await asynchronous.run_dispatch(dispatch)
+
+    def now(self, *, using: str | None = None) -> datetime:
+        """The database's clock; refused on an event loop's thread (the first thing a
+        dispatch asks: a sync dispatch from async code names ``adelay``).
+        """
+        asynchronous.refuse_event_loop()
+        return super().now(using=using)
+
     def add(
         self,
         message: NewMessage,
@@ -235,6 +251,7 @@ class DjangoOutboxStore(
         already pending (``task_id`` is an idempotency key) with a row ``supersedes``
         does not accept.
         """
+        asynchronous.refuse_event_loop()
         alias = alias_of(using)
         strategy = strategy_for(alias)
         with store_errors("write an outbox row"):
