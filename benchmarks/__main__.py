@@ -30,6 +30,7 @@ NAMES = (
     "scrape",
     "observability",
     "admin_pages",
+    "async_dispatch",
 )
 #: ``--quick`` retry memory: shorter settling, fewer RSS samples (its bytes mean nothing).
 QUICK_RETRY_MEMORY: dict[str, Any] = {"settle": 0.5, "samples": 2}
@@ -98,6 +99,7 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run one benchmark; its result rows."""
     from benchmarks import (
         admin_pages,
+        async_dispatch,
         atomic,
         django_tasks,
         enqueue,
@@ -148,6 +150,8 @@ def run(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
             workflows=args.admin_workflows,
             rounds=args.rounds,
         )
+    if name == "async_dispatch":
+        return async_dispatch.run(tasks=args.enqueue_tasks // 3, rounds=args.rounds)
     return peer.run(rows=args.rows, rounds=max(1, min(args.rounds, 2)))
 
 
