@@ -11,6 +11,7 @@ rollback or a rolled-back savepoint. A session of another database is a clear er
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -222,3 +223,40 @@ def test_a_session_of_another_database_is_refused_naming_both(
     assert "postgresql+asyncpg" in message
     assert "outbox.sqlite3" in message
     assert services.parse_db_url(postgres_url).name in message
+
+
+def test_a_commit_cancelled_loses_nothing_and_publishes_nothing_twice(world: World) -> None:
+    """Commits cancelled at different points: each task whose order committed is on the
+    queue once or still in the table for the sweeper (never both, never twice); a task
+    whose order did not commit is nowhere.
+    """
+    task = record(world.app)
+
+    async def request(n: int, yields: int) -> str:
+        async with AsyncSession(world.engine) as session:
+            with world.store.bind_session(session):
+                result = await task.adelay(n)
+                await session.execute(orders.insert().values(id=100 + n, note=str(result.id)))
+                committing = asyncio.ensure_future(session.commit())
+                for _ in range(yields):
+                    await asyncio.sleep(0)
+                committing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await committing
+        return str(result.id)
+
+    async def requests() -> list[str]:
+        points = (0, 1, 2, 5, 20, 100, 1000, 5000)  # loop turns before the cancel
+        return [await request(n, turns) for n, turns in enumerate(points)]
+
+    ids = world.run(requests())
+    queued = world.published()
+    with world.store.engine.connect() as conn:
+        committed = {str(note) for note in conn.execute(select(orders.c.note)).scalars()}
+        waiting = [
+            str(task_id) for task_id in conn.execute(select(outbox_table.c.task_id)).scalars()
+        ]
+    assert len(queued) == len(set(queued))  # nothing twice
+    assert not set(queued) & set(waiting)
+    assert set(queued) | set(waiting) == committed  # nothing lost, nothing uncommitted
+    assert committed <= set(ids)
