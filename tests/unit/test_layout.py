@@ -16,12 +16,30 @@ UNIT = REPO_ROOT / "tests" / "unit"
 #: a module with logic gets tests/unit/.../test_<name>.py instead.
 NO_UNIT_MODULE: dict[str, str] = {
     "__init__.py": "re-exports (tests/example/test_public_api.py checks __all__)",
+    "console/__init__.py": "package docstring",
+    "console/command.py": "tests/integration/test_console_command.py (from a subprocess)",
+    "console/status.py": (
+        "tests/integration/test_console_command.py; tests/django/test_outbox_command.py"
+    ),
+    "console/sweep.py": (
+        "tests/integration/test_console_command.py; tests/django/test_outbox_command.py"
+    ),
     "dispatch/__init__.py": "package: re-exports",
+    "dispatch/asynchronous.py": (
+        "tests/integration/test_async_sqlalchemy.py; tests/django/test_async_dispatch.py"
+    ),
     "exceptions.py": "the exception classes",
     "publishing/__init__.py": "package: re-exports",
     "relay/__init__.py": "package: re-exports",
     "signals.py": "the signal objects",
     "sqlalchemy/__init__.py": "re-exports",
+    "sqlalchemy/alembic_versions/__init__.py": "package docstring",
+    "sqlalchemy/alembic_versions/celery_outbox_0001_tables.py": (
+        "tests/contract/test_alembic_revisions.py (PostgreSQL, MariaDB, SQLite, Django)"
+    ),
+    "sqlalchemy/asynchronous.py": (
+        "tests/integration/test_async_sqlalchemy.py; test_async_broker_stall.py"
+    ),
     "sqlalchemy/completions.py": (
         "tests/contract/test_completions.py; tests/contract/test_sqlalchemy_last_writes.py"
     ),
