@@ -255,7 +255,7 @@ def _lag_row() -> dict[str, Any]:
     plain_tick, plain_slowest = _lag(outbox=False)
     our_tick, our_slowest = _lag(outbox=True)
     return {
-        "benchmark": "async loop lag",
+        "benchmark": "async dispatch",
         "case": f"broker frozen {STALL_SECONDS:.0f} s during {LAG_REQUESTS} requests",
         "unit": "ms",
         "plain_tick_ms": plain_tick,

@@ -41,7 +41,7 @@ def _line(row: dict[str, Any]) -> tuple[str, ...]:
             f"{'p99' if on_p99 else 'p50'} <= {_num(target)} ms" if target else "",
             met,
         )
-    if name == "async loop lag":
+    if name == "async dispatch" and row["unit"] == "ms":  # the loop lag
         return (
             name,
             f"{case}; slowest request plain {_num(row['plain_slowest_ms'])} ms,"

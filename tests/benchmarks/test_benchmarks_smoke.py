@@ -38,10 +38,17 @@ FIELDS = {
     "scrape": ("p50", "p99"),
     "admin_pages": ("p50", "p99"),
     "observability": ("plain", "ours", "ratio"),
+    "async_dispatch": ("plain", "ours", "ratio"),
 }
 #: Rows of another kind within a benchmark, by (benchmark, unit).
 FIELDS_BY_UNIT = {
     ("retry_memory", "MiB"): ("worker_mib", "sweeper_peak_mib", "value"),
+    ("async_dispatch", "ms"): (
+        "plain_tick_ms",
+        "ours_tick_ms",
+        "plain_slowest_ms",
+        "ours_slowest_ms",
+    ),
 }
 #: Benchmarks that may report why they could not run here, and whether they may now.
 MAY_SKIP = {
