@@ -67,12 +67,14 @@ class _CapturingProducer:
     """Stands in for a kombu ``Producer``: keeps the message Celery built."""
 
     def __init__(self, connection: Connection) -> None:
-        self.connection, self.serializer = connection, cast("str | None", None)
+        self.connection = connection
+        self.serializer = cast("str | None", None)
         self.body: Any = None
         self.kwargs: dict[str, Any] = {}
 
     def publish(self, body: Any, **kwargs: Any) -> None:
-        self.body, self.kwargs = body, kwargs
+        self.body = body
+        self.kwargs = kwargs
 
 
 def _unconnected_connection(app: Celery) -> Connection:
@@ -309,7 +311,8 @@ class _JoinBackend:
     """The app's result backend, but ``apply_chord`` opens the join in the database."""
 
     def __init__(self, backend: Any, open_join: OpenJoin) -> None:
-        self._backend, self._open_join = backend, open_join
+        self._backend = backend
+        self._open_join = open_join
 
     def apply_chord(self, header_result_args: Any, body: Signature[Any], **kwargs: Any) -> None:
         self._open_join(header_result_args[0], [r.id for r in header_result_args[1]], body)
@@ -322,7 +325,8 @@ class _JoinApp:
     """``app`` as ``chord.run`` sees it: the same app, with :class:`_JoinBackend`."""
 
     def __init__(self, app: Celery, open_join: OpenJoin) -> None:
-        self._app, self.backend = app, _JoinBackend(app.backend, open_join)
+        self._app = app
+        self.backend = _JoinBackend(app.backend, open_join)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._app, name)

@@ -70,7 +70,9 @@ class DatabaseClock:
         every: timedelta = CLOCK_READ_EVERY,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.read, self.every, self.monotonic = read, every.total_seconds(), monotonic
+        self.read = read
+        self.every = every.total_seconds()
+        self.monotonic = monotonic
         self._lock = threading.Lock()
         self._reading: tuple[datetime, float] | None = None
         self._given = datetime.min.replace(tzinfo=timezone.utc)

@@ -96,8 +96,10 @@ class DispatchBatch:
         """Write every collected row (one ``add_many`` per part), then finish each dispatch
         in order. Raises :class:`BatchWriteError` naming the tasks when a part fails.
         """
-        parts, order = list(self._parts.values()), self._order
-        self._parts, self._order = {}, []
+        parts = list(self._parts.values())
+        order = self._order
+        self._parts = {}
+        self._order = []
         ids: dict[int, int | None] = {}
         for part in parts:
             for row, row_id in zip(part.rows, _add_many(part), strict=True):

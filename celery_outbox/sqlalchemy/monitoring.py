@@ -82,7 +82,8 @@ _CLOCKED_DIALECTS = frozenset({"postgresql", "mysql", "mariadb"})
 
 FAILED = MessageStatus.FAILED.value
 
-_PENDING, _FAILED = status_is(PENDING), status_is(FAILED)
+_PENDING = status_is(PENDING)
+_FAILED = status_is(FAILED)
 
 
 class SQLAlchemyMonitoring(OutboxStore):
@@ -156,7 +157,8 @@ class SQLAlchemyMonitoring(OutboxStore):
     ) -> Mapping[DeadLetterStatus, int]:
         # One count per status, each a range of the (status, failed_at) index: a GROUP BY
         # over the whole table is planned as a sequential scan.
-        table, statuses = self.tables.dead_letter, list(DeadLetterStatus)
+        table = self.tables.dead_letter
+        statuses = list(DeadLetterStatus)
         with store_errors("count the dead letters"), self.engine.connect() as conn:
             bound = bound_on(conn, bound)
             if bound is None:

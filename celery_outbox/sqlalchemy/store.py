@@ -206,7 +206,8 @@ class SQLAlchemyOutboxStore(
         self.engine = engine
         transactions.watch_savepoints(engine)
         self.scoped_session = scoped_session
-        self.tables, self.clock = tables or default_tables, clock
+        self.tables = tables or default_tables
+        self.clock = clock
         self._bound: ContextVar[Session | None] = ContextVar(
             f"celery_outbox_session_{id(self)}", default=None
         )

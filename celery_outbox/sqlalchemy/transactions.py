@@ -132,7 +132,8 @@ def defer_publish(
     rolled-back savepoint cannot drop the batch of its parent; rows written in such a
     savepoint stay listed, and the relay skips them (they do not exist).
     """
-    state, key = _callbacks(session), publisher_key(publish)
+    state = _callbacks(session)
+    key = publisher_key(publish)
     _watch(state, connection)
     batch = state.batches.get(key)
     if batch is None:
@@ -211,11 +212,14 @@ def _after_transaction_end(session: Session, transaction: SessionTransaction) ->
     state.pending.pop(transaction, None)
     if transaction.parent is not None:
         return
-    ready, state.ready = state.ready, []
-    committed, state.committed = state.committed, frozenset()
+    ready = state.ready
+    state.ready = []
+    committed = state.committed
+    state.committed = frozenset()
     state.pending.clear()
     state.batches.clear()
-    state.watch, state.unsure = None, False
+    state.watch = None
+    state.unsure = False
     if not ready:
         return
 

@@ -532,7 +532,8 @@ def within_budget(sizes: Iterable[int], max_bytes: int | None) -> int:
     for size in sizes:
         if max_bytes is not None and taken and held >= max_bytes:
             break
-        taken, held = taken + 1, held + size
+        taken = taken + 1
+        held = held + size
     return taken
 
 

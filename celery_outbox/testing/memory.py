@@ -291,7 +291,8 @@ class MemoryMonitoring(OutboxStore):
 
     def last_sweep(self, *, using: str | None = None) -> LastSweep | None:
         with self._lock:
-            at, now = self.last_sweep_at, self.clock()
+            at = self.last_sweep_at
+            now = self.clock()
             return None if at is None else LastSweep(at=at, age=max(now - at, timedelta(0)))
 
 
@@ -329,7 +330,9 @@ class MemoryTransactions:
         restore: Callable[[Any], None],
         lock: AbstractContextManager[Any],
     ) -> None:
-        self._snapshot, self._restore, self._lock = snapshot, restore, lock
+        self._snapshot = snapshot
+        self._restore = restore
+        self._lock = lock
         self._local = threading.local()
 
     @contextmanager
@@ -374,7 +377,8 @@ class MemoryTransactions:
         if not self._stack:
             publish((message,))
             return
-        outer, key = self._stack[0], publisher_key(publish)
+        outer = self._stack[0]
+        key = publisher_key(publish)
         batch = outer.batches.get(key)
         if batch is None:
             batch = outer.batches[key] = []
@@ -733,7 +737,8 @@ class InMemoryOutboxStore(MemoryCompletions, MemoryDeadLetters, MemoryWorkflows,
         now: datetime,
         using: str | None = None,
     ) -> list[CancelledRow]:
-        wanted_ids, wanted_tasks = set(ids), set(task_ids)
+        wanted_ids = set(ids)
+        wanted_tasks = set(task_ids)
         with self._lock, self.atomic():
             found = [
                 row

@@ -176,7 +176,8 @@ class DjangoMonitoring(OutboxStore):
                 bound,
                 estimated_as={"parked": later},
             )
-            parked, failed = counts["parked"], counts["failed"]
+            parked = counts["parked"]
+            failed = counts["failed"]
             due = _due(alias, now, bound)
             estimate = partial(_less, pending, parked)
             count = bounded(due["count"], bound, estimate).least
@@ -213,7 +214,8 @@ class DjangoMonitoring(OutboxStore):
         refresh_connection(alias)
         records = SweepRecord.objects.using(alias)
         with store_errors("record the sweep"):
-            now, last = database_now(alias), _last_sweep_at(alias)
+            now = database_now(alias)
+            last = _last_sweep_at(alias)
             if last is not None and now - last < every:
                 return False
             if last is not None:

@@ -329,7 +329,8 @@ class DjangoOutboxStore(
         using: str | None = None,
     ) -> Claim:
         """Lease those of ``ids`` that are pending, due and unleased."""
-        alias, ids = alias_of(using), list(ids)
+        alias = alias_of(using)
+        ids = list(ids)
         if not ids:
             return Claim(messages=(), lease_until=lease_until)
         with store_errors("claim outbox rows"):
@@ -435,7 +436,8 @@ class DjangoOutboxStore(
 
     def reset(self, ids: Iterable[int], *, now: datetime, using: str | None = None) -> int:
         """Make rows pending and due now; a failed row gets a fresh attempt budget."""
-        alias, ids = alias_of(using), list(ids)
+        alias = alias_of(using)
+        ids = list(ids)
         if not ids:
             return 0
         with store_errors("reset outbox rows"):
@@ -469,7 +471,8 @@ class DjangoOutboxStore(
         using: str | None = None,
     ) -> int:
         """Delete up to ``limit`` old rows in ``statuses``: two statements."""
-        alias, values = alias_of(using), [MessageStatus(s).value for s in statuses]
+        alias = alias_of(using)
+        values = [MessageStatus(s).value for s in statuses]
         refresh_connection(alias)
         with store_errors("purge outbox rows"):
             return strategy_for(alias).purge(

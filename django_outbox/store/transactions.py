@@ -162,7 +162,8 @@ class CommitBatch:
     """The rows one transaction deferred for one publisher; called once on commit."""
 
     def __init__(self, publish: PublishCallback, *, connection: Any, alias: str) -> None:
-        self.publish, self.alias = publish, alias
+        self.publish = publish
+        self.alias = alias
         self.messages: list[StoredMessage] = []
         #: The one callable registered with ``on_commit`` (kept: identity marks it).
         self.callback = self.publish_all
@@ -261,7 +262,8 @@ def delete_published(pairs: Sequence[tuple[int, datetime]], *, alias: str) -> in
     async_commit = "" if connection.in_atomic_block else _ASYNC_COMMIT
     leases = {lease for _, lease in pairs}
     if len(pairs) == 1:
-        statement, params = _DELETE_ONE.format(async_commit=async_commit), list(pairs[0])
+        statement = _DELETE_ONE.format(async_commit=async_commit)
+        params = list(pairs[0])
     elif len(leases) == 1:
         statement = _DELETE_CLAIMED.format(async_commit=async_commit)
         params = [_id_array([i for i, _ in pairs]), leases.pop()]

@@ -47,7 +47,8 @@ from django_outbox.store.calls import clock_of
 
 # --- The generic strategy: every outbox-row operation through Django's ORM, on any database.
 
-_PENDING, _FAILED = MessageStatus.PENDING.value, MessageStatus.FAILED.value
+_PENDING = MessageStatus.PENDING.value
+_FAILED = MessageStatus.FAILED.value
 
 _M = TypeVar("_M", bound=models.Model)
 

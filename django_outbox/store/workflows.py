@@ -209,7 +209,8 @@ class DjangoWorkflows(OutboxStore):
                 return None
             parts = join_parts.with_part(join.results, index, result)
             if parts is not None:
-                join.results, join.remaining = parts, join.remaining - 1
+                join.results = parts
+                join.remaining = join.remaining - 1
                 found.update(results=parts, remaining=join.remaining)
         results = join_parts.part_results(join.results)
         return JoinProgress(remaining=join.remaining, results=results)
